@@ -1,0 +1,70 @@
+"""The evidence pool and the per-round selection of sentences from position scores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .results import Evidence
+
+
+def select_sentences(
+    scores: torch.Tensor, token_sentence: torch.Tensor, top_k: int, unit: str
+) -> list[tuple[int, float]]:
+    """Pick sentences from per-position scores.
+
+    Args:
+        scores: (n,) scores of candidate positions.
+        token_sentence: (n,) sentence id of each position, -1 where none.
+        unit: ``"token"``: the top-K positions, mapped to their sentences (the paper);
+            ``"sentence"``: the top-K sentences by summed score.
+
+    Returns:
+        ``(sentence_id, score)`` pairs, best first, without duplicates.
+    """
+    valid = token_sentence >= 0
+    if not bool(valid.any()):
+        return []
+    if unit == "token":
+        positions = torch.nonzero(valid).squeeze(-1)
+        best = positions[torch.argsort(scores[positions], descending=True, stable=True)[:top_k]]
+        picked: dict[int, float] = {}
+        for position in best.tolist():
+            picked.setdefault(int(token_sentence[position]), float(scores[position]))
+        return list(picked.items())
+    num_sentences = int(token_sentence.max()) + 1
+    mass = torch.zeros(num_sentences).index_add_(0, token_sentence[valid], scores[valid].float())
+    present = torch.zeros(num_sentences, dtype=torch.bool)
+    present[token_sentence[valid]] = True
+    mass[~present] = float("-inf")
+    order = torch.argsort(mass, descending=True, stable=True)[: min(top_k, int(present.sum()))]
+    return [(int(s), float(mass[s])) for s in order]
+
+
+@dataclass
+class EvidencePool:
+    """Evidence gathered over rounds: it never shrinks, holds no duplicates and reads in document order."""
+
+    limit: int
+    _items: dict[int, Evidence] = field(default_factory=dict)
+
+    def add(self, sentence_id: int, evidence: Evidence) -> bool:
+        """Add one sentence; False if it is already there or the pool is full."""
+        if sentence_id in self._items or len(self._items) >= self.limit:
+            return False
+        self._items[sentence_id] = evidence
+        return True
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, sentence_id: int) -> bool:
+        return sentence_id in self._items
+
+    def ordered(self) -> list[Evidence]:
+        """Evidence in document order (sentence ids follow the documents)."""
+        return [self._items[s] for s in sorted(self._items)]
+
+    def sentence_ids(self) -> list[int]:
+        return sorted(self._items)

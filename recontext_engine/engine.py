@@ -1,0 +1,266 @@
+"""The engine facade: ``answer``, ``select_evidence`` and ``stream`` over a model and a head set."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .config import ReplayConfig
+from .controller import EvidencePool, select_sentences
+from .decoding import TextAssembler
+from .errors import PromptTooLongError
+from .heads.headset import HeadSet
+from .heads.registry import HeadsArg, resolve_heads
+from .prompt import NULL_QUESTION, Prefix, PromptBuilder
+from .results import Evidence, ReplayResult, Usage
+from .scoring import CueRecurrenceScorer, Scorer
+from .spans import check_text, document_sentences, normalize_documents
+
+
+@dataclass
+class _Request:
+    """One call's state: its prefix, its own KV cache and its timings."""
+
+    prefix: Prefix
+    question: str
+    config: ReplayConfig
+    cache: Any
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def sentence_key(self) -> dict[tuple[int, int, int], int]:
+        return {(s.doc_index, s.start, s.end): i for i, s in enumerate(self.prefix.sentences)}
+
+
+class ReplayStream:
+    """An iterator of text pieces; ``result`` holds the full :class:`ReplayResult` once it is exhausted."""
+
+    def __init__(self, pieces: Iterator[str]) -> None:
+        self._pieces = pieces
+        self.result: ReplayResult | None = None
+
+    def __iter__(self) -> ReplayStream:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._pieces)
+
+    def close(self) -> None:
+        self._pieces.close()  # type: ignore[attr-defined]
+
+
+class ReContextEngine:
+    """A local LLM that replays the evidence its own retrieval heads point at.
+
+    Build one with :meth:`from_pretrained`; one engine is safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        backend: Any,
+        tokenizer: Any,
+        heads: HeadSet,
+        *,
+        model_name: str = "",
+        scorer: Scorer | None = None,
+        default_config: ReplayConfig | None = None,
+    ) -> None:
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.heads = heads
+        self.model_name = model_name
+        self.scorer = scorer
+        self.default_config = default_config or ReplayConfig()
+        self.prompts = PromptBuilder(tokenizer)
+        eos = getattr(backend.model.generation_config, "eos_token_id", None) if hasattr(backend, "model") else None
+        eos = eos if eos is not None else tokenizer.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str | None = None,
+        *,
+        heads: HeadsArg = "auto",
+        backend: str = "transformers",
+        device: str = "cpu",
+        dtype: str | None = None,
+        gguf_file: str | None = None,
+        revision: str | None = None,
+        default_config: ReplayConfig | None = None,
+        **backend_options: Any,
+    ) -> ReContextEngine:
+        """Load a model (None: the embedded SmolLM2-135M-Instruct, CPU, offline) and its head set.
+
+        ``heads``: ``"auto"`` (registry, else detect once and cache), a JSON path, a list of
+        ``(layer, head)`` pairs or a :class:`HeadSet`. ``backend``: ``"transformers"`` or ``"vllm"``.
+        """
+        from .backends import create_backend
+
+        runtime = create_backend(
+            backend, model, device=device, dtype=dtype, gguf_file=gguf_file, revision=revision, **backend_options
+        )
+
+        def detect() -> HeadSet:
+            from .heads.detect import detect_heads
+
+            return detect_heads(runtime.readout, runtime.tokenizer, model_name=runtime.name, model_source=runtime.source)
+
+        head_set = resolve_heads(heads, runtime.config, detect=detect)
+        return cls(
+            runtime.backend, runtime.tokenizer, head_set, model_name=runtime.name, default_config=default_config
+        )
+
+    # -- public API -------------------------------------------------------------------------
+
+    @property
+    def context_window(self) -> int:
+        return int(self.backend.window)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def select_evidence(
+        self, context: str | Sequence[str], question: str, config: ReplayConfig | None = None, **options: Any
+    ) -> list[Evidence]:
+        """The evidence ReContext would replay (no generation); with ``rounds=0``, none."""
+        request = self._start(context, question, self._config(config, options))
+        return self._select(request)
+
+    def answer(
+        self,
+        context: str | Sequence[str],
+        question: str,
+        config: ReplayConfig | None = None,
+        *,
+        evidence: Sequence[Evidence] | None = None,
+        **options: Any,
+    ) -> ReplayResult:
+        """Answer ``question`` over ``context`` (one text or a list of documents).
+
+        ``evidence`` replays the given sentences instead of selecting them (text-only replay).
+        Keyword options override fields of ``config`` (e.g. ``rounds=0`` for vanilla).
+        """
+        stream = self.stream(context, question, config, evidence=evidence, **options)
+        for _ in stream:
+            pass
+        assert stream.result is not None
+        return stream.result
+
+    def stream(
+        self,
+        context: str | Sequence[str],
+        question: str,
+        config: ReplayConfig | None = None,
+        *,
+        evidence: Sequence[Evidence] | None = None,
+        **options: Any,
+    ) -> ReplayStream:
+        """Like :meth:`answer`, yielding text pieces as they are generated."""
+        cfg = self._config(config, options)
+        request = self._start(context, question, cfg)
+        stream = ReplayStream(iter(()))
+        stream._pieces = self._run(request, evidence, stream)
+        return stream
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _config(self, config: ReplayConfig | None, options: dict[str, Any]) -> ReplayConfig:
+        config = config or self.default_config
+        return config.with_options(**options) if options else config
+
+    def _start(self, context: str | Sequence[str], question: str, config: ReplayConfig) -> _Request:
+        started = time.perf_counter()
+        documents = normalize_documents(context)
+        question = check_text(question, "question")
+        sentences = document_sentences(documents, config.max_sentence_chars)
+        prefix = self.prompts.prefix(documents, sentences, config)
+        question_ids = self.prompts.suffix(prefix, question, [], config).ids
+        needed = len(prefix.ids) + len(question_ids) + 1
+        if needed > self.context_window:
+            raise PromptTooLongError(
+                f"context and question take {needed - 1} tokens, over the model window of "
+                f"{self.context_window}; shorten the context or use a model with a longer window"
+            )
+        timings = {"tokenize": time.perf_counter() - started}
+        started = time.perf_counter()
+        cache = self.backend.prefill(prefix.ids)
+        timings["prefill"] = time.perf_counter() - started
+        return _Request(prefix, question, config, cache, timings)
+
+    def _scores(self, request: _Request, question: str, evidence: list[Evidence]) -> tuple:
+        """Scores of candidate positions for one read pass, and the sentence id of each candidate."""
+        config, prefix = request.config, request.prefix
+        suffix = self.prompts.suffix(prefix, question, evidence, config, request.sentence_key())
+        rows = self.backend.read(request.cache, len(prefix.ids), suffix.ids, self.heads, config.cue_window)
+        n = len(prefix.ids)
+        if config.candidates == "context":
+            rows, token_sentence = rows[..., :n], prefix.token_sentence
+        else:
+            token_sentence = torch.cat([prefix.token_sentence, suffix.token_sentence])
+        scorer = self.scorer or CueRecurrenceScorer(config.decay)
+        return scorer.score(rows), token_sentence
+
+    def _select(self, request: _Request) -> list[Evidence]:
+        config, prefix = request.config, request.prefix
+        pool = EvidencePool(config.pool_limit)
+        started = time.perf_counter()
+        for round_index in range(1, config.rounds + 1):
+            current = pool.ordered()
+            scores, token_sentence = self._scores(request, request.question, current)
+            if config.null_calibration:
+                null_scores, _ = self._scores(request, NULL_QUESTION, current)
+                scores = scores - null_scores
+            for sentence_id, score in select_sentences(scores, token_sentence, config.top_k, config.unit):
+                s = prefix.sentences[sentence_id]
+                text = prefix.documents[s.doc_index][s.start : s.end]
+                pool.add(sentence_id, Evidence(text, s.doc_index, s.start, s.end, score, round_index))
+            if len(pool) >= pool.limit:
+                break
+        request.timings["select"] = time.perf_counter() - started
+        return pool.ordered()
+
+    def _run(
+        self, request: _Request, evidence: Sequence[Evidence] | None, stream: ReplayStream
+    ) -> Iterator[str]:
+        config, prefix = request.config, request.prefix
+        if evidence is None:
+            chosen = self._select(request)
+        else:
+            chosen = [e for e in evidence if e.text.strip()]
+            request.timings["select"] = 0.0
+        suffix = self.prompts.suffix(prefix, request.question, chosen, config)
+        if len(prefix.ids) + len(suffix.ids) + 1 > self.context_window:
+            raise PromptTooLongError(
+                f"context, evidence and question take {len(prefix.ids) + len(suffix.ids)} tokens, over the "
+                f"model window of {self.context_window}; lower top_k or max_evidence"
+            )
+        started = time.perf_counter()
+        assembler = TextAssembler(self.tokenizer, config.stop)
+        produced = 0
+        for token in self.backend.generate(request.cache, suffix.ids, config, self.eos_ids):
+            produced += 1
+            piece = assembler.add(token)
+            if piece:
+                yield piece
+            if assembler.stopped:
+                break
+        tail = assembler.finish()
+        if tail:
+            yield tail
+        request.timings["generate"] = time.perf_counter() - started
+        request.timings["total"] = sum(request.timings.values())
+        finish = "stop" if assembler.stopped or produced < config.max_new_tokens else "length"
+        stream.result = ReplayResult(
+            text=assembler.text,
+            evidence=chosen,
+            usage=Usage(len(prefix.ids) + len(suffix.ids), produced, suffix.evidence_tokens),
+            timings=request.timings,
+            model=self.model_name,
+            finish_reason=finish,
+        )
+        request.cache = None
+

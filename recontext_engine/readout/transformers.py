@@ -1,0 +1,262 @@
+"""Attention readout on transformers, through a registered attention function (no copied model files).
+
+The model runs its usual SDPA attention. For the selected layers, while a capture is active,
+the wrapper also computes the attention rows of the last ``w`` queries (post-RoPE, post q/k-norm,
+exactly as the model computed them) over every cached key, for the selected query heads only:
+memory O(|H| * w * n), never O(n^2). After the deepest selected layer the pass stops.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import threading
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AttentionInterface, DynamicCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from ..config import ReplayConfig
+from ..decoding import next_token
+from ..errors import PromptTooLongError, UnsupportedModelError
+from ..heads.headset import HeadSet
+
+IMPLEMENTATION = "recontext"
+
+
+@dataclass
+class ReadoutCapture:
+    """What one read pass collects: per selected layer, rows of shape (heads, w, total_len)."""
+
+    heads_by_layer: dict[int, torch.Tensor]
+    cue_window: int
+    total_len: int
+    stop_layer: int
+    rows: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
+class _StopForward(Exception):
+    """Raised after the deepest selected layer: the rest of the network is not needed."""
+
+
+_ACTIVE: ContextVar[ReadoutCapture | None] = ContextVar("recontext_capture", default=None)
+
+
+def cue_attention_rows(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    heads: torch.Tensor,
+    cue_window: int,
+    scaling: float,
+    attention_mask: torch.Tensor | None = None,
+    softcap: float | None = None,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """Softmax attention rows of the last ``cue_window`` queries for some query heads.
+
+    Args:
+        query: (1, num_heads, q_len, head_dim), post-RoPE.
+        key: (1, num_kv_heads, kv_len, head_dim), post-RoPE, the whole cache.
+        heads: (h,) query-head indices; grouped-query heads map to key head ``head // n_rep``.
+        attention_mask: (1, 1|num_heads, q_len, kv_len) bool (True = attend) or additive float, or None (causal).
+
+    Returns:
+        (h, w, kv_len) float32 rows that each sum to 1.
+    """
+    q_len, kv_len = query.shape[2], key.shape[2]
+    w = min(cue_window, q_len)
+    n_rep = query.shape[1] // key.shape[1]
+    q = query[0, heads, q_len - w :, :].float()  # (h, w, d)
+    k = key[0, heads // n_rep].float()  # (h, kv_len, d)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scaling  # (h, w, kv_len)
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is not None:
+        mask = attention_mask[0, :, q_len - w :, :kv_len]
+        if mask.shape[0] != 1:
+            mask = mask[heads]
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask.float()
+    else:
+        q_pos = torch.arange(kv_len - w, kv_len, device=key.device)[:, None]
+        k_pos = torch.arange(kv_len, device=key.device)[None, :]
+        allowed = k_pos <= q_pos
+        if sliding_window:
+            allowed &= k_pos > q_pos - sliding_window
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+def _readout_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    capture = _ACTIVE.get()
+    layer = getattr(module, "layer_idx", None)
+    if capture is not None and layer in capture.heads_by_layer:
+        rows = cue_attention_rows(
+            query,
+            key,
+            capture.heads_by_layer[layer].to(query.device),
+            capture.cue_window,
+            scaling if scaling is not None else query.shape[-1] ** -0.5,
+            attention_mask,
+            kwargs.get("softcap"),
+            kwargs.get("sliding_window"),
+        )
+        if rows.shape[-1] < capture.total_len:  # a cache that kept only the recent keys
+            rows = torch.nn.functional.pad(rows, (capture.total_len - rows.shape[-1], 0))
+        capture.rows[layer] = rows.cpu()
+        if layer == capture.stop_layer:
+            raise _StopForward
+    if kwargs.get("softcap") is not None:
+        eager = sys.modules[type(module).__module__].eager_attention_forward
+        return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+
+
+def install_readout(model) -> None:
+    """Switch ``model`` to the readout attention (SDPA plus capture). An explicit call, never on import."""
+    AttentionInterface.register(IMPLEMENTATION, _readout_attention)
+    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+    model.set_attn_implementation(IMPLEMENTATION)
+
+
+def truncate_cache(cache: DynamicCache, length: int) -> None:
+    """Drop every cached position at or after ``length`` (layers a stopped pass did not reach stay as they are)."""
+    for layer in cache.layers:
+        if getattr(layer, "is_initialized", False) and layer.keys is not None and layer.keys.shape[-2] > length:
+            layer.keys = layer.keys[..., :length, :]
+            layer.values = layer.values[..., :length, :]
+
+
+class TransformersBackend:
+    """Prefill, read passes and decoding on a transformers causal LM.
+
+    Every model call holds ``lock``; each request keeps its own cache, so requests from several
+    threads interleave safely step by step.
+    """
+
+    name = "transformers"
+
+    def __init__(self, model, prefill_chunk: int = 1024) -> None:
+        self.model = model
+        self.lock = threading.RLock()
+        self.prefill_chunk = prefill_chunk
+        install_readout(model)
+        # transformers 5.24 renamed ``past_key_values`` to ``cache``; accept both generations.
+        accepts_cache = "cache" in inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if accepts_cache else "past_key_values"
+        self.device = next(model.parameters()).device
+        self._check_readable()
+
+    @property
+    def window(self) -> int:
+        config = self.model.config.get_text_config()
+        return int(getattr(config, "max_position_embeddings", 0) or 0) or 1 << 30
+
+    def _check_readable(self) -> None:
+        heads = HeadSet(((0, 0),))
+        ids = [1, 2, 3, 4]
+        try:
+            rows = self.read(self.prefill([]), 0, ids, heads, cue_window=2)
+        except _StopForward:  # pragma: no cover - defensive
+            rows = None
+        if rows is None or rows.shape != (1, 2, len(ids)):
+            name = type(self.model).__name__
+            raise UnsupportedModelError(
+                f"{name} does not route attention through transformers' attention interface, "
+                "so its attention cannot be read"
+            )
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache()
+
+    @torch.inference_mode()
+    def prefill(self, ids: list[int], cache: DynamicCache | None = None) -> DynamicCache:
+        """Run ``ids`` through the model in chunks, returning the KV cache (no logits computed)."""
+        cache = cache if cache is not None else self.new_cache()
+        decoder = self.model.get_decoder()
+        for start in range(0, len(ids), self.prefill_chunk):
+            chunk = torch.tensor([ids[start : start + self.prefill_chunk]], device=self.device)
+            with self.lock:
+                decoder(input_ids=chunk, **{self._cache_kw: cache}, use_cache=True)
+        return cache
+
+    @torch.inference_mode()
+    def read(
+        self,
+        cache: DynamicCache,
+        prefix_len: int,
+        suffix_ids: list[int],
+        heads: HeadSet,
+        cue_window: int,
+    ) -> torch.Tensor:
+        """Attention rows of the last ``cue_window`` tokens of ``[prefix; suffix]`` for ``heads``.
+
+        The cache holds the prefix; it is restored to ``prefix_len`` positions afterwards.
+
+        Returns:
+            (len(heads), w, prefix_len + len(suffix_ids)) float32 rows, in ``heads`` order.
+        """
+        total = prefix_len + len(suffix_ids)
+        if total > self.window:
+            raise PromptTooLongError(f"prompt of {total} tokens exceeds the model window of {self.window}")
+        by_layer = heads.by_layer()
+        capture = ReadoutCapture(
+            heads_by_layer={layer: torch.tensor(hs) for layer, hs in by_layer.items()},
+            cue_window=cue_window,
+            total_len=total,
+            stop_layer=heads.max_layer,
+        )
+        token = _ACTIVE.set(capture)
+        try:
+            with self.lock:
+                self.model.get_decoder()(
+                    input_ids=torch.tensor([suffix_ids], device=self.device), **{self._cache_kw: cache}, use_cache=True
+                )
+        except _StopForward:
+            pass
+        finally:
+            _ACTIVE.reset(token)
+            truncate_cache(cache, prefix_len)
+        missing = sorted(set(by_layer) - set(capture.rows))
+        if missing:
+            raise UnsupportedModelError(f"no attention was captured at layer(s) {missing}")
+        order = {layer: {h: i for i, h in enumerate(hs)} for layer, hs in by_layer.items()}
+        return torch.stack([capture.rows[layer][order[layer][head]] for layer, head in heads.heads])
+
+    @torch.inference_mode()
+    def next_logits(self, cache: DynamicCache, ids: list[int]) -> torch.Tensor:
+        """Append ``ids`` to the cache and return the logits of the last position, (vocab,) float32."""
+        with self.lock:
+            out = self.model(
+                input_ids=torch.tensor([ids], device=self.device),
+                **{self._cache_kw: cache},
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        return out.logits[0, -1].float()
+
+    @torch.inference_mode()
+    def generate(
+        self, cache: DynamicCache, suffix_ids: list[int], config: ReplayConfig, eos_ids: set[int]
+    ) -> Iterator[int]:
+        """Generate after ``[cache; suffix]``; yields token ids, stops at an end token or the length limit."""
+        if cache.get_seq_length() + len(suffix_ids) + 1 > self.window:
+            raise PromptTooLongError(
+                f"prompt of {cache.get_seq_length() + len(suffix_ids)} tokens leaves no room in the "
+                f"model window of {self.window}"
+            )
+        generator = torch.Generator().manual_seed(config.seed) if config.temperature > 0 else None
+        ids = suffix_ids
+        room = self.window - cache.get_seq_length() - len(suffix_ids)
+        for _ in range(min(config.max_new_tokens, room)):
+            token = next_token(self.next_logits(cache, ids), config, generator)
+            if token in eos_ids:
+                return
+            yield token
+            ids = [token]
