@@ -26,11 +26,14 @@ class ReplayConfig:
     cue_window: int = field(default=8, metadata={"help": "Number w of last prompt tokens read as the cue."})
     decay: float = field(default=0.75, metadata={"help": "lambda of r(t) = normalize(a(t) + lambda r(t-1))."})
     candidates: Literal["context", "full_prompt"] = field(
-        default="context", metadata={"help": "Score context positions only (paper default) or the whole prompt."}
+        default="context",
+        metadata={"help": "Score context positions only (paper default) or the whole prompt."},
     )
     unit: Literal["token", "sentence"] = field(
         default="sentence",
-        metadata={"help": "'token': top-K tokens mapped to sentences (paper); 'sentence': top-K sentences by mass."},
+        metadata={
+            "help": "'token': top-K tokens mapped to sentences (paper); 'sentence': top-K sentences by mass."
+        },
     )
     null_calibration: bool = field(
         default=True,
@@ -42,9 +45,13 @@ class ReplayConfig:
     max_sentence_chars: int = field(
         default=400, metadata={"help": "Sentences longer than this are split into pieces at whitespace."}
     )
-    evidence_template: str = field(default=DEFAULT_EVIDENCE_TEMPLATE, metadata={"help": "Must hold {evidence}."})
+    evidence_template: str = field(
+        default=DEFAULT_EVIDENCE_TEMPLATE, metadata={"help": "Must hold {evidence}."}
+    )
     evidence_separator: str = "\n"
-    question_template: str = field(default=DEFAULT_QUESTION_TEMPLATE, metadata={"help": "Must hold {question}."})
+    question_template: str = field(
+        default=DEFAULT_QUESTION_TEMPLATE, metadata={"help": "Must hold {question}."}
+    )
     system_prompt: str | None = None
     max_new_tokens: int = 128
     temperature: float = 0.0

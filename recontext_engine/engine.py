@@ -12,7 +12,7 @@ import torch
 from .config import ReplayConfig
 from .controller import EvidencePool, select_sentences
 from .decoding import TextAssembler
-from .errors import PromptTooLongError
+from .errors import InputError, PromptTooLongError
 from .heads.headset import HeadSet
 from .heads.registry import HeadsArg, resolve_heads
 from .prompt import NULL_QUESTION, Prefix, PromptBuilder
@@ -75,7 +75,11 @@ class ReContextEngine:
         self.scorer = scorer
         self.default_config = default_config or ReplayConfig()
         self.prompts = PromptBuilder(tokenizer)
-        eos = getattr(backend.model.generation_config, "eos_token_id", None) if hasattr(backend, "model") else None
+        eos = (
+            getattr(backend.model.generation_config, "eos_token_id", None)
+            if hasattr(backend, "model")
+            else None
+        )
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
 
@@ -101,17 +105,29 @@ class ReContextEngine:
         from .backends import create_backend
 
         runtime = create_backend(
-            backend, model, device=device, dtype=dtype, gguf_file=gguf_file, revision=revision, **backend_options
+            backend,
+            model,
+            device=device,
+            dtype=dtype,
+            gguf_file=gguf_file,
+            revision=revision,
+            **backend_options,
         )
 
         def detect() -> HeadSet:
             from .heads.detect import detect_heads
 
-            return detect_heads(runtime.readout, runtime.tokenizer, model_name=runtime.name, model_source=runtime.source)
+            return detect_heads(
+                runtime.readout, runtime.tokenizer, model_name=runtime.name, model_source=runtime.source
+            )
 
         head_set = resolve_heads(heads, runtime.config, detect=detect)
         return cls(
-            runtime.backend, runtime.tokenizer, head_set, model_name=runtime.name, default_config=default_config
+            runtime.backend,
+            runtime.tokenizer,
+            head_set,
+            model_name=runtime.name,
+            default_config=default_config,
         )
 
     # -- public API -------------------------------------------------------------------------
@@ -164,6 +180,58 @@ class ReContextEngine:
         request = self._start(context, question, cfg)
         stream = ReplayStream(iter(()))
         stream._pieces = self._run(request, evidence, stream)
+        return stream
+
+    def document_scores(
+        self, context: str | Sequence[str], question: str, config: ReplayConfig | None = None, **options: Any
+    ) -> list[float]:
+        """Attention mass of each document from the question's cue (first round, no evidence yet)."""
+        request = self._start(
+            context, question, self._config(config, options).with_options(candidates="context")
+        )
+        scores, token_sentence = self._scores(request, request.question, [])
+        if request.config.null_calibration:
+            scores = scores - self._scores(request, NULL_QUESTION, [])[0]
+        doc_of_sentence = torch.tensor([s.doc_index for s in request.prefix.sentences] + [-1])
+        doc_of_token = doc_of_sentence[token_sentence]  # -1 maps to the trailing -1
+        mass = torch.zeros(len(request.prefix.documents))
+        valid = doc_of_token >= 0
+        mass.index_add_(0, doc_of_token[valid], scores[valid])
+        return mass.tolist()
+
+    def chat(
+        self, messages: Sequence[dict[str, str]], config: ReplayConfig | None = None, **options: Any
+    ) -> ReplayResult:
+        """Plain generation over chat messages (``{"role", "content"}``) with the chat template; no replay."""
+        stream = self.stream_chat(messages, config, **options)
+        for _ in stream:
+            pass
+        assert stream.result is not None
+        return stream.result
+
+    def stream_chat(
+        self, messages: Sequence[dict[str, str]], config: ReplayConfig | None = None, **options: Any
+    ) -> ReplayStream:
+        """Like :meth:`chat`, yielding text pieces."""
+        cfg = self._config(config, options)
+        if not messages:
+            raise InputError("messages are empty")
+        for i, message in enumerate(messages):
+            check_text(message.get("content", ""), f"message {i}")
+        if self.prompts.has_chat_template:
+            text = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        else:
+            text = "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) + 1 > self.context_window:
+            raise PromptTooLongError(
+                f"messages take {len(ids)} tokens, over the model window of {self.context_window}"
+            )
+        request = _Request(
+            Prefix([], torch.zeros(0, dtype=torch.long), [], []), "", cfg, self.backend.new_cache()
+        )
+        stream = ReplayStream(iter(()))
+        stream._pieces = self._generate(request, [], ids, 0, stream)
         return stream
 
     # -- internals --------------------------------------------------------------------------
@@ -238,10 +306,21 @@ class ReContextEngine:
                 f"context, evidence and question take {len(prefix.ids) + len(suffix.ids)} tokens, over the "
                 f"model window of {self.context_window}; lower top_k or max_evidence"
             )
+        yield from self._generate(request, chosen, suffix.ids, suffix.evidence_tokens, stream)
+
+    def _generate(
+        self,
+        request: _Request,
+        chosen: list[Evidence],
+        suffix_ids: list[int],
+        evidence_tokens: int,
+        stream: ReplayStream,
+    ) -> Iterator[str]:
+        config = request.config
         started = time.perf_counter()
         assembler = TextAssembler(self.tokenizer, config.stop)
         produced = 0
-        for token in self.backend.generate(request.cache, suffix.ids, config, self.eos_ids):
+        for token in self.backend.generate(request.cache, suffix_ids, config, self.eos_ids):
             produced += 1
             piece = assembler.add(token)
             if piece:
@@ -257,10 +336,9 @@ class ReContextEngine:
         stream.result = ReplayResult(
             text=assembler.text,
             evidence=chosen,
-            usage=Usage(len(prefix.ids) + len(suffix.ids), produced, suffix.evidence_tokens),
+            usage=Usage(len(request.prefix.ids) + len(suffix_ids), produced, evidence_tokens),
             timings=request.timings,
             model=self.model_name,
             finish_reason=finish,
         )
         request.cache = None
-

@@ -103,7 +103,10 @@ class PromptBuilder:
         prefix_text, _ = self._split_rendered(text, "\n\n", config)
         base = len(prefix_text) - len(text)
         ids, offsets = self._encode(prefix_text)
-        spans = [(base + doc_offsets[s.doc_index] + s.start, base + doc_offsets[s.doc_index] + s.end) for s in sentences]
+        spans = [
+            (base + doc_offsets[s.doc_index] + s.start, base + doc_offsets[s.doc_index] + s.end)
+            for s in sentences
+        ]
         return Prefix(ids, _map_tokens(offsets, spans), list(documents), list(sentences))
 
     def suffix(

@@ -43,7 +43,10 @@ def normalize_documents(context: str | Sequence[str]) -> list[str]:
     documents = [context] if isinstance(context, str) else list(context)
     if not documents:
         raise InputError("context is empty: no documents given")
-    return [check_text(doc, f"document {i}" if len(documents) > 1 else "context") for i, doc in enumerate(documents)]
+    return [
+        check_text(doc, f"document {i}" if len(documents) > 1 else "context")
+        for i, doc in enumerate(documents)
+    ]
 
 
 def _stripped(text: str, start: int, end: int) -> tuple[int, int]:

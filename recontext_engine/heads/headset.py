@@ -15,8 +15,17 @@ from ..errors import HeadSetError
 def model_fingerprint(config: Any) -> str:
     """A short hash of the attention geometry: two models with equal fingerprints index heads alike."""
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    keys = ("model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "vocab_size")
-    parts = [f"{k}={getattr(text_config, k, None) if k != 'model_type' else text_config.model_type}" for k in keys]
+    keys = (
+        "model_type",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "hidden_size",
+        "vocab_size",
+    )
+    parts = [
+        f"{k}={getattr(text_config, k, None) if k != 'model_type' else text_config.model_type}" for k in keys
+    ]
     return hashlib.sha256(";".join(parts).encode()).hexdigest()[:16]
 
 

@@ -6,18 +6,22 @@ import os
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from ..errors import HeadSetError
 from .headset import HeadSet, model_fingerprint
 
-HeadsArg = Union[str, os.PathLike, HeadSet, Sequence[Sequence[int]]]
+HeadsArg = str | os.PathLike | HeadSet | Sequence[Sequence[int]]
 
 
 def bundled_head_sets() -> list[HeadSet]:
     """Every head set shipped in ``recontext_engine/heads/data``."""
     folder = resources.files(__package__) / "data"
-    return [HeadSet.load(Path(str(item))) for item in sorted(folder.iterdir(), key=str) if item.name.endswith(".json")]
+    return [
+        HeadSet.load(Path(str(item)))
+        for item in sorted(folder.iterdir(), key=str)
+        if item.name.endswith(".json")
+    ]
 
 
 def lookup(config: Any) -> HeadSet | None:

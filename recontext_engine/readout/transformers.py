@@ -62,7 +62,8 @@ def cue_attention_rows(
         query: (1, num_heads, q_len, head_dim), post-RoPE.
         key: (1, num_kv_heads, kv_len, head_dim), post-RoPE, the whole cache.
         heads: (h,) query-head indices; grouped-query heads map to key head ``head // n_rep``.
-        attention_mask: (1, 1|num_heads, q_len, kv_len) bool (True = attend) or additive float, or None (causal).
+        attention_mask: (1, 1|num_heads, q_len, kv_len), bool (True = attend) or additive float;
+            None means causal.
 
     Returns:
         (h, w, kv_len) float32 rows that each sum to 1.
@@ -115,7 +116,9 @@ def _readout_attention(module, query, key, value, attention_mask, scaling=None, 
     if kwargs.get("softcap") is not None:
         eager = sys.modules[type(module).__module__].eager_attention_forward
         return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-    return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    return sdpa_attention_forward(
+        module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+    )
 
 
 def install_readout(model) -> None:
@@ -126,9 +129,13 @@ def install_readout(model) -> None:
 
 
 def truncate_cache(cache: DynamicCache, length: int) -> None:
-    """Drop every cached position at or after ``length`` (layers a stopped pass did not reach stay as they are)."""
+    """Drop cached positions from ``length`` on; layers a stopped pass never reached are untouched."""
     for layer in cache.layers:
-        if getattr(layer, "is_initialized", False) and layer.keys is not None and layer.keys.shape[-2] > length:
+        if (
+            getattr(layer, "is_initialized", False)
+            and layer.keys is not None
+            and layer.keys.shape[-2] > length
+        ):
             layer.keys = layer.keys[..., :length, :]
             layer.values = layer.values[..., :length, :]
 
@@ -216,7 +223,9 @@ class TransformersBackend:
         try:
             with self.lock:
                 self.model.get_decoder()(
-                    input_ids=torch.tensor([suffix_ids], device=self.device), **{self._cache_kw: cache}, use_cache=True
+                    input_ids=torch.tensor([suffix_ids], device=self.device),
+                    **{self._cache_kw: cache},
+                    use_cache=True,
                 )
         except _StopForward:
             pass
