@@ -24,6 +24,7 @@ def create_backend(name: str, model: str | None, **options: Any) -> Runtime:
         from .readout.transformers import TransformersBackend
 
         prefill_chunk = options.pop("prefill_chunk", 1024)
+        options["device"] = options.get("device") or "cpu"
         loaded = load_model(model, **options)
         backend = TransformersBackend(loaded.model, prefill_chunk=prefill_chunk)
         return Runtime(backend, backend, loaded.tokenizer, loaded.model.config, loaded.name, loaded.source)

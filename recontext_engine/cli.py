@@ -1,0 +1,125 @@
+"""The ``recontext`` command line: ``ask``, ``heads detect``/``heads eval`` and ``bench``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import ReContextError
+
+EXIT_BAD_INPUT = 2
+
+
+def _read_text(path: str) -> str:
+    file = Path(path)
+    if not file.is_file():
+        raise ReContextError(f"context file not found: {path}")
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ReContextError(
+            f"context file {path} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from None
+
+
+def _add_ask(commands) -> None:
+    ask = commands.add_parser("ask", help="answer a question over one or more documents")
+    ask.add_argument(
+        "--context", action="append", required=True, metavar="FILE", help="a UTF-8 text file; repeat"
+    )
+    ask.add_argument("--question", required=True, help="the question")
+    ask.add_argument("--rounds", type=int, default=None, help="replay rounds R (default 2)")
+    ask.add_argument("--top-k", type=int, default=None, help="top-K per round (default 8)")
+    ask.add_argument("--vanilla", action="store_true", help="no replay (R = 0), same prompt layout")
+    ask.add_argument("--max-new-tokens", type=int, default=None)
+    ask.add_argument("--json", action="store_true", help="print one JSON object")
+    ask.add_argument(
+        "--model", default=None, help="hub id, local folder or .gguf (default: embedded SmolLM2)"
+    )
+    ask.add_argument("--heads", default="auto", help="'auto' or a head-set JSON file")
+    ask.add_argument("--device", default=None, help="transformers device (default cpu)")
+    ask.add_argument("--backend", default="transformers", choices=["transformers", "vllm"])
+    ask.set_defaults(run=_run_ask)
+
+
+def _run_ask(args: argparse.Namespace) -> int:
+    from .config import ReplayConfig
+    from .engine import ReContextEngine
+    from .spans import check_text
+
+    documents = [check_text(_read_text(path), f"context file {path}") for path in args.context]
+    check_text(args.question, "question")
+    options = {
+        "rounds": 0 if args.vanilla else args.rounds,
+        "top_k": args.top_k,
+        "max_new_tokens": args.max_new_tokens,
+    }
+    config = ReplayConfig().with_options(**{k: v for k, v in options.items() if v is not None})
+    engine = ReContextEngine.from_pretrained(
+        args.model, heads=args.heads, device=args.device, backend=args.backend
+    )
+    context = documents[0] if len(documents) == 1 else documents
+    if args.json:
+        result = engine.answer(context, args.question, config)
+        payload = result.to_dict()
+        payload["heads"] = [list(h) for h in engine.heads.heads]
+        print(json.dumps(payload, ensure_ascii=False, indent=1))
+        return 0
+    stream = engine.stream(context, args.question, config)
+    for piece in stream:
+        print(piece, end="", flush=True)
+    print()
+    if stream.result is not None and stream.result.evidence:
+        print("\nEvidence replayed:", file=sys.stderr)
+        for item in stream.result.evidence:
+            print(f"  [doc {item.doc_index} {item.char_start}:{item.char_end}] {item.text}", file=sys.stderr)
+    return 0
+
+
+def _add_heads(commands) -> None:
+    from .heads import cli_commands
+
+    heads = commands.add_parser("heads", help="retrieval-head sets")
+    verbs = heads.add_subparsers(dest="verb", required=True)
+    detect = verbs.add_parser("detect", help="detect retrieval heads for a model and write a head-set JSON")
+    cli_commands.add_detect_arguments(detect)
+    detect.set_defaults(run=cli_commands.detect_main)
+    evaluate = verbs.add_parser("eval", help="recall of held-out gold sentences for several head sets")
+    cli_commands.add_eval_arguments(evaluate)
+    evaluate.set_defaults(run=cli_commands.eval_main)
+
+
+def _add_bench(commands) -> None:
+    from .bench import run
+
+    bench = commands.add_parser("bench", help="ReContext vs vanilla and text-only replay, side by side")
+    run.add_arguments(bench)
+    bench.set_defaults(run=run.main)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="recontext", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_ask(commands)
+    _add_heads(commands)
+    _add_bench(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except ReContextError as exc:
+        print(f"recontext: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

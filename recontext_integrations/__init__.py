@@ -1,0 +1,1 @@
+"""Framework adapters over the ReContext engine (LangChain, LlamaIndex); each needs its extra installed."""

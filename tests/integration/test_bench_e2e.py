@@ -1,0 +1,77 @@
+"""A tiny end-to-end benchmark run on the embedded model, and the command-line settings."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from recontext_engine.bench.methods import FULL_METHODS, METHODS, QUICK_METHODS
+from recontext_engine.bench.run import BenchSettings, add_arguments, run_bench, settings_from_args
+from recontext_engine.bench.tasks import BenchCase
+
+
+def _parse(*argv: str) -> BenchSettings:
+    return settings_from_args(add_arguments(argparse.ArgumentParser()).parse_args(list(argv)))
+
+
+def test_command_line_settings() -> None:
+    quick = _parse("--quick", "--out", "/tmp/x")
+    assert quick.quick and quick.out == Path("/tmp/x")
+    assert quick.methods == QUICK_METHODS
+    assert quick.grid == {1024: (0.0, 0.5, 1.0), 2048: (0.25, 0.75)}  # all five depths, split by length
+    assert quick.max_new_tokens == 16 and quick.recontext_options() == {}
+    full = _parse("--lengths", "1k,4096", "--methods", "vanilla,recontext-r3", "--unit", "token")
+    assert full.lengths == (1024, 4096) and full.methods == ("vanilla", "recontext-r3")
+    assert full.recontext_options() == {"unit": "token"} and full.grid is None
+    tuned = _parse("--no-null-calibration", "--top-k", "16", "--depths", "0,1", "--helmet", "a.jsonl")
+    assert tuned.recontext_options() == {"top_k": 16, "null_calibration": False}
+    assert tuned.depths == (0.0, 1.0) and tuned.helmet == ("a.jsonl",)
+    assert set(FULL_METHODS) <= set(METHODS)
+    assert {"recontext-r2", "recontext-paper-r2"} <= set(FULL_METHODS)
+
+
+@pytest.mark.model
+def test_tiny_bench_run_writes_the_report(engine, tmp_path: Path) -> None:
+    settings = BenchSettings(
+        out=tmp_path,
+        tasks=("needle", "multi_hop"),
+        lengths=(300,),
+        depths=(0.5,),
+        layouts=("text", "docs"),
+        methods=("vanilla", "bm25", "recontext-r2", "oracle"),
+        max_new_tokens=8,
+        progress=False,
+    )
+    summary = run_bench(settings, engine)
+
+    report = (tmp_path / "report.md").read_text()
+    for heading in ("## Overall", "## Targets", "## Per task", "## Per length", "## Per gold depth"):
+        assert heading in report
+    for method in settings.methods:
+        assert f"| {method} |" in report
+    plot = tmp_path / "accuracy_by_depth.png"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 5000
+
+    saved = json.loads((tmp_path / "cases.json").read_text())
+    cases = {c["case_id"]: BenchCase.from_dict(c) for c in saved["cases"]}
+    records = saved["records"]
+    assert len(cases) == 2 and len(records) == 8
+    assert saved["meta"]["recontext_config"]["recontext-r2"]["max_evidence"] == settings.budget
+    for record in records:
+        assert record["error"] is None, record["error"]
+        assert isinstance(record["prediction"], str) and record["time_s"] > 0
+        documents = cases[record["case_id"]].documents
+        for item in record["evidence"]:
+            assert 0 <= item["char_start"] < item["char_end"] <= len(documents[item["doc_index"]])
+        if record["method"] == "vanilla":
+            assert record["time_ratio"] == 1.0 and record["recall"] is None and record["evidence"] == []
+        else:
+            assert record["recall"] is not None and 0 < record["evidence_count"] <= settings.budget
+        if record["method"] == "oracle":
+            assert record["recall"] == 1.0
+    needle_bm25 = next(r for r in records if r["method"] == "bm25" and r["task"] == "needle")
+    assert needle_bm25["recall"] == 1.0  # the question shares the needle's key
+    assert summary["overall"]["oracle"]["recall"] == 1.0

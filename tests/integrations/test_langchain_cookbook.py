@@ -1,0 +1,82 @@
+"""The LangChain cookbook recipes run end to end (offline, embedded model, shared engine)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langchain_core")
+
+from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
+from langchain_core.language_models import FakeListChatModel  # noqa: E402
+
+COOKBOOK = Path(__file__).resolve().parents[2] / "cookbook"
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, COOKBOOK / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class PromptRecorder(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, **kwargs: Any) -> None:
+        self.prompts.extend(str(m.content) for batch in messages for m in batch)
+
+
+def test_long_document_plants_one_fact() -> None:
+    recipe = load("langchain_lcel_chain")
+    document = recipe.long_document(40, depth=0.5)
+    assert document.count(recipe.FACT) == 1
+    assert document.index(recipe.FACT) == pytest.approx(len(document) / 2, rel=0.2)
+
+
+@pytest.mark.model
+def test_lcel_chain(engine: Any) -> None:
+    recipe = load("langchain_lcel_chain")
+    result = recipe.main(engine=engine, n_sentences=24, max_tokens=16)
+    assert recipe.FACT in result["evidence"]
+    assert recipe.ANSWER in result["answer"]
+
+
+@pytest.mark.model
+def test_rag_chain(engine: Any) -> None:
+    recipe = load("langchain_rag_chain")
+    result = recipe.main(engine=engine, k=3, max_tokens=16)
+    assert result["sources"][0] == "note-3"  # MiniLM ranks the server-room note first
+    assert "This month the server room code is 5580." in result["evidence"]
+    assert recipe.ANSWER in result["answer"]
+
+
+@pytest.mark.model
+def test_replayer_feeds_any_chat_model(engine: Any) -> None:
+    recipe = load("langchain_replayer_hosted")
+    recorder = PromptRecorder()
+    fake = FakeListChatModel(responses=["Oslo."])
+    out = recipe.main(fake, engine=engine, callbacks=[recorder])
+    evidence = out["documents"][-1]
+    assert out["answer"] == "Oslo."
+    assert recorder.prompts == [out["prompt"]]
+    assert evidence.page_content in recorder.prompts[0]
+    assert "<evidence>" in recorder.prompts[0] and recipe.QUESTION in recorder.prompts[0]
+    spans = evidence.metadata["spans"]
+    assert spans
+    for span in spans:
+        sentence = recipe.DOCUMENTS[span["doc_index"]].page_content[span["char_start"] : span["char_end"]]
+        assert sentence in recorder.prompts[0]
+    assert {s["id"] for s in evidence.metadata["source_documents"]} <= {"ada", "bruno", "chloe"}
+
+
+@pytest.mark.model
+def test_replayer_default_stand_in(engine: Any) -> None:
+    out = load("langchain_replayer_hosted").main(engine=engine)
+    assert out["answer"].strip()

@@ -1,0 +1,90 @@
+"""The cue recurrence, sentence selection and the evidence pool."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recontext_engine.controller import EvidencePool, select_sentences
+from recontext_engine.results import Evidence
+from recontext_engine.scoring import CueRecurrenceScorer
+
+
+def slow_recurrence(rows: torch.Tensor, decay: float) -> list[float]:
+    """Paper formula, one cue token and one position at a time, in plain Python."""
+    heads, w, n = rows.shape
+    r = [0.0] * n
+    for t in range(w):
+        a = [sum(float(rows[h, t, i]) for h in range(heads)) / heads for i in range(n)]
+        un = [a[i] + decay * r[i] for i in range(n)]
+        total = sum(un)
+        r = [x / total for x in un]
+    return r
+
+
+@given(st.integers(1, 4), st.integers(1, 6), st.integers(2, 12), st.floats(0.0, 1.0), st.integers(0, 10_000))
+@settings(max_examples=60, deadline=None)
+def test_recurrence_equals_slow_reference(heads: int, w: int, n: int, decay: float, seed: int) -> None:
+    rows = torch.rand(heads, w, n, generator=torch.Generator().manual_seed(seed)) + 1e-3
+    got = CueRecurrenceScorer(decay).score(rows)
+    torch.testing.assert_close(got, torch.tensor(slow_recurrence(rows, decay)), atol=1e-6, rtol=1e-5)
+    assert abs(float(got.sum()) - 1.0) < 1e-5
+
+
+def test_decay_zero_keeps_only_the_last_cue_token() -> None:
+    rows = torch.tensor([[[0.9, 0.1], [0.2, 0.8]]])
+    torch.testing.assert_close(CueRecurrenceScorer(0.0).score(rows), torch.tensor([0.2, 0.8]))
+
+
+def test_token_unit_maps_top_positions_to_sentences_without_duplicates() -> None:
+    scores = torch.tensor([0.1, 0.9, 0.8, 0.05, 0.7, 0.3])
+    token_sentence = torch.tensor([0, 1, 1, -1, 2, 2])
+    picked = select_sentences(scores, token_sentence, top_k=3, unit="token")
+    assert [s for s, _ in picked] == [1, 2]  # positions 1, 2 -> sentence 1; position 4 -> sentence 2
+    assert picked[0][1] == scores[1].item()
+
+
+def test_sentence_unit_ranks_by_summed_mass_and_skips_unmapped_positions() -> None:
+    scores = torch.tensor([0.5, 0.2, 0.2, 9.0, 0.3])
+    token_sentence = torch.tensor([0, 1, 1, -1, 2])
+    picked = select_sentences(scores, token_sentence, top_k=2, unit="sentence")
+    assert [s for s, _ in picked] == [0, 1]
+    assert select_sentences(scores, torch.full((5,), -1), top_k=2, unit="sentence") == []
+
+
+def _evidence(sentence_id: int, round_index: int = 1) -> Evidence:
+    return Evidence(f"s{sentence_id}", 0, sentence_id * 10, sentence_id * 10 + 2, 1.0, round_index)
+
+
+@given(
+    st.integers(1, 12),
+    st.lists(st.lists(st.integers(0, 30), max_size=8), min_size=1, max_size=5),
+)
+@settings(max_examples=100, deadline=None)
+def test_pool_never_shrinks_has_no_duplicates_and_reads_in_document_order(
+    limit: int, rounds: list[list[int]]
+) -> None:
+    pool = EvidencePool(limit)
+    previous: list[int] = []
+    for round_index, picks in enumerate(rounds, start=1):
+        for sentence_id in picks:
+            pool.add(sentence_id, _evidence(sentence_id, round_index))
+        ids = pool.sentence_ids()
+        assert set(previous) <= set(ids)
+        assert len(ids) == len(set(ids)) <= limit
+        assert [e.char_start for e in pool.ordered()] == sorted(e.char_start for e in pool.ordered())
+        previous = ids
+    assert all(e.round >= 1 for e in pool.ordered())
+
+
+@given(st.lists(st.floats(-1, 1, allow_nan=False), min_size=1, max_size=40), st.integers(1, 10), st.data())
+@settings(max_examples=80, deadline=None)
+def test_selection_returns_known_sentences_only(values: list[float], k: int, data) -> None:
+    n = len(values)
+    token_sentence = torch.tensor(data.draw(st.lists(st.integers(-1, 5), min_size=n, max_size=n)))
+    for unit in ("token", "sentence"):
+        picked = select_sentences(torch.tensor(values), token_sentence, k, unit)
+        ids = [s for s, _ in picked]
+        assert len(ids) == len(set(ids)) <= k
+        assert set(ids) <= set(token_sentence[token_sentence >= 0].tolist())
