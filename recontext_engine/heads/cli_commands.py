@@ -10,11 +10,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ReContextError
 from .calibration import DEFAULT_LENGTHS, FAMILIES
 from .headset import HeadSet
+
+if TYPE_CHECKING:
+    from .evaluate import EvaluationReport
 
 
 def _int_list(text: str) -> list[int]:
@@ -103,6 +106,15 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_out", default=None, help="also write the report as JSON here")
 
 
+def top_heads(score_matrix: list[list[float]], count: int) -> HeadSet:
+    """The ``count`` best heads of a ``[layer][head]`` score matrix."""
+    ranked = sorted(
+        ((score, layer, head) for layer, row in enumerate(score_matrix) for head, score in enumerate(row)),
+        key=lambda item: -item[0],
+    )
+    return HeadSet(tuple((layer, head) for _, layer, head in ranked[:count]))
+
+
 def _load(args: argparse.Namespace) -> Any:
     from ..backends import create_backend
 
@@ -117,7 +129,7 @@ def _load(args: argparse.Namespace) -> Any:
     )
 
 
-def _evaluate(runtime: Any, head_set: HeadSet, args: argparse.Namespace) -> int:
+def _evaluate(runtime: Any, head_set: HeadSet, args: argparse.Namespace) -> EvaluationReport:
     from ..config import ReplayConfig
     from .evaluate import evaluate_heads
     from .headset import model_fingerprint
@@ -129,6 +141,12 @@ def _evaluate(runtime: Any, head_set: HeadSet, args: argparse.Namespace) -> int:
         for hs in bundled_head_sets()
         if hs.fingerprint == fingerprint and hs.heads != head_set.heads
     }
+    matrix = head_set.provenance.get("score_matrix")
+    if matrix and head_set.provenance.get("selection") == "greedy":
+        # The same detection without the greedy step: the best heads by their own score.
+        top = top_heads(matrix, len(head_set.heads))
+        if top.heads != head_set.heads:
+            others[f"top {len(top.heads)} by per-head score (no greedy)"] = top
     config = ReplayConfig(cue_window=getattr(args, "cue_window", 8), decay=getattr(args, "decay", 0.75))
     report = evaluate_heads(
         runtime.readout,
@@ -147,7 +165,7 @@ def _evaluate(runtime: Any, head_set: HeadSet, args: argparse.Namespace) -> int:
     print(f"evaluation took {report.timings['total']:.0f} s", file=sys.stderr)
     if getattr(args, "json_out", None):
         Path(args.json_out).write_text(json.dumps(report.to_dict(), indent=1) + "\n", encoding="utf-8")
-    return 0
+    return report
 
 
 def detect_main(args: argparse.Namespace) -> int:
@@ -187,7 +205,22 @@ def detect_main(args: argparse.Namespace) -> int:
             + f"; {report.timings['total']:.0f} s; written to {out}"
         )
         if args.eval:
-            return _evaluate(runtime, report.head_set, args)
+            evaluation = _evaluate(runtime, report.head_set, args)
+            rows = {
+                "detected": evaluation.rows[0],
+                "all_heads": next(r for r in evaluation.rows if r.name.startswith("all heads")),
+                "random_heads": next(r for r in evaluation.rows if r.name.startswith("random")),
+            }
+            report.head_set.provenance["heldout"] = {
+                "cases": evaluation.cases,
+                "seed": evaluation.seed,
+                "split": "eval",
+                **{
+                    name: {f"recall@{k}": round(v, 4) for k, v in row.recall.items()}
+                    for name, row in rows.items()
+                },
+            }
+            report.head_set.save(out)
         return 0
     except (ReContextError, OSError) as exc:
         print(f"recontext heads detect: {exc}", file=sys.stderr)
@@ -201,7 +234,8 @@ def eval_main(args: argparse.Namespace) -> int:
     try:
         runtime = _load(args)
         head_set = resolve_heads(args.heads, runtime.config)
-        return _evaluate(runtime, head_set, args)
+        _evaluate(runtime, head_set, args)
+        return 0
     except (ReContextError, OSError) as exc:
         print(f"recontext heads eval: {exc}", file=sys.stderr)
         return 2

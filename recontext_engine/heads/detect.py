@@ -285,6 +285,12 @@ def model_identity(model_name: str, model_source: str, config: Any) -> dict[str,
     return identity
 
 
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
 @dataclass
 class DetectionReport:
     """What a detection run found: the head set, every head's scores and the timings."""
@@ -402,6 +408,7 @@ def detect(
             "threads": torch.get_num_threads(),
             "python": platform.python_version(),
         },
+        "recontext_version": _version(),
         "created": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     head_set = HeadSet(
@@ -466,6 +473,8 @@ if __name__ == "__main__":  # pragma: no cover - a thin entry point over cli_com
 
     from .cli_commands import add_detect_arguments, detect_main
 
-    parser = argparse.ArgumentParser(prog="python -m recontext_engine.heads.detect", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m recontext_engine.heads.detect", description=__doc__.splitlines()[0]
+    )
     add_detect_arguments(parser)
     sys.exit(detect_main(parser.parse_args()))

@@ -62,7 +62,8 @@ class EvaluationReport:
             names = list(next(iter(self.families.values())))
             lines += ["", "| family | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
             for family, values in self.families.items():
-                lines.append(f"| {family} | " + " | ".join(f"{values[n]:.2f}" for n in names) + " |")
+                cells = [f"{values[n]:.0f}" if n == "cases" else f"{values[n]:.2f}" for n in names]
+                lines.append(f"| {family} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
     def summary(self) -> str:
@@ -219,6 +220,8 @@ if __name__ == "__main__":  # pragma: no cover - a thin entry point over cli_com
 
     from .cli_commands import add_eval_arguments, eval_main
 
-    parser = argparse.ArgumentParser(prog="python -m recontext_engine.heads.evaluate", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m recontext_engine.heads.evaluate", description=__doc__.splitlines()[0]
+    )
     add_eval_arguments(parser)
     sys.exit(eval_main(parser.parse_args()))

@@ -161,8 +161,8 @@ class ChatReContext(BaseChatModel):
     - The question is the last human message. If it has a line starting with ``"Question:"``,
       the text after the last such marker is the question and the text before it (less a leading
       ``"Context:"`` label) is context.
-    - Every earlier non-system message (human, AI, tool), in order, is one context document;
-      the text before the marker is the last one. System messages are never context: they become
+    - Every other non-system message (human, AI, tool; earlier turns), in order, is one context
+      document; the text before the marker is the last one. System messages are never context: they become
       the system prompt.
     - ``invoke(..., documents=[...])`` (strings or ``Document``) gives the context explicitly;
       then the whole last human message is the question and earlier messages are not used.

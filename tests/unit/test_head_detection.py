@@ -55,8 +55,8 @@ def _vocabulary() -> list[str]:
     return sorted(words | set("0123456789"))
 
 
-@pytest.fixture(scope="module")
-def tokenizer() -> transformers.PreTrainedTokenizerFast:
+def word_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """A word-level tokenizer over the generator's vocabulary (digits one by one), no chat template."""
     vocab = {"[UNK]": 0, "<s>": 1, "</s>": 2}
     for word in _vocabulary():
         vocab.setdefault(word, len(vocab))
@@ -67,6 +67,11 @@ def tokenizer() -> transformers.PreTrainedTokenizerFast:
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=raw, unk_token="[UNK]", bos_token="<s>", eos_token="</s>"
     )
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> transformers.PreTrainedTokenizerFast:
+    return word_tokenizer()
 
 
 def planted_model(vocab_size: int) -> transformers.LlamaForCausalLM:
@@ -309,12 +314,15 @@ def test_detect_command_writes_a_head_set_and_eval_prints_the_table(model_folder
 
     out = tmp_path / "heads.json"
     argv = ["--model", str(model_folder), "--out", str(out), "--cases", "6", "--lengths", "120,200"]
-    args = _parse(add_detect_arguments, [*argv, "--num-heads", "3", "--no-progress"])
+    args = _parse(add_detect_arguments, [*argv, "--num-heads", "3", "--no-progress", "--eval"])
     assert args.num_heads == 3 and args.lengths == [120, 200] and args.objective == "zscore"
     assert detect_main(args) == 0
     head_set = HeadSet.load(out)
     assert len(head_set.heads) == 3 and head_set.model == str(model_folder)
     assert head_set.provenance["calibration"]["lengths"] == [120, 200]
+    heldout = head_set.provenance["heldout"]
+    assert heldout["cases"] == 6 and heldout["split"] == "eval"
+    assert set(heldout) >= {"detected", "all_heads", "random_heads"}
     assert "heads: (" in capsys.readouterr().out
 
     argv = ["--model", str(model_folder), "--heads", str(out), "--cases", "6", "--lengths", "150"]
@@ -336,9 +344,31 @@ def test_eval_command_refuses_a_wrong_head_file_in_one_line(model_folder, tmp_pa
     assert err.startswith("recontext heads eval: head (3, 0) is out of range")
 
 
+def test_top_heads_of_a_score_matrix():
+    from recontext_engine.heads.cli_commands import top_heads
+
+    assert top_heads([[0.1, 0.9, -1.0], [0.5, 0.2, 0.7]], 3).heads == ((0, 1), (1, 2), (1, 0))
+
+
 def test_bad_arguments_are_refused_by_the_parser(capsys):
     from recontext_engine.heads.cli_commands import add_detect_arguments
 
     for argv in (["--lengths", "300,abc"], ["--families", "poetry"], ["--objective", "vibes"]):
         with pytest.raises(SystemExit):
             _parse(add_detect_arguments, argv)
+
+
+@pytest.mark.model
+def test_bundled_set_of_the_embedded_model_beats_all_heads_and_random_on_held_out_cases(engine):
+    from recontext_engine.heads.detect import read_cases
+
+    cases = make_cases(
+        12, seed=5, split="eval", lengths=(600, 1000), count_tokens=lambda t: engine.count_tokens(t)
+    )
+    readouts = read_cases(engine.backend, engine.tokenizer, cases, ReplayConfig(), progress=False)
+    rows, _ = compare_head_sets(readouts, engine.heads, engine.backend.model.config, draws=10)
+    detected, all_heads, random_heads = rows[0], rows[-2], rows[-1]
+    assert all_heads.name == "all heads averaged" and random_heads.name.startswith("random 16")
+    for k in (4, 8):
+        assert detected.recall[k] >= all_heads.recall[k] + 0.1
+        assert detected.recall[k] >= random_heads.recall[k] + 0.1
