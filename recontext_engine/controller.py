@@ -6,11 +6,17 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .lexical import reciprocal_ranks
 from .results import Evidence
 
 
 def select_sentences(
-    scores: torch.Tensor, token_sentence: torch.Tensor, top_k: int, unit: str
+    scores: torch.Tensor,
+    token_sentence: torch.Tensor,
+    top_k: int,
+    unit: str,
+    lexical: torch.Tensor | None = None,
+    lexical_weight: float = 0.0,
 ) -> list[tuple[int, float]]:
     """Pick sentences from per-position scores.
 
@@ -19,6 +25,8 @@ def select_sentences(
         token_sentence: (n,) sentence id of each position, -1 where none.
         unit: ``"token"``: the top-K positions, mapped to their sentences (the paper);
             ``"sentence"``: the top-K sentences by summed score.
+        lexical: (num_sentences,) lexical scores; with ``unit="sentence"`` and a positive
+            ``lexical_weight`` the sentences are ranked by reciprocal-rank fusion of both.
 
     Returns:
         ``(sentence_id, score)`` pairs, best first, without duplicates.
@@ -37,6 +45,8 @@ def select_sentences(
     mass = torch.zeros(num_sentences).index_add_(0, token_sentence[valid], scores[valid].float())
     present = torch.zeros(num_sentences, dtype=torch.bool)
     present[token_sentence[valid]] = True
+    if lexical is not None and lexical_weight > 0:
+        mass = reciprocal_ranks(mass) + lexical_weight * reciprocal_ranks(lexical[:num_sentences])
     mass[~present] = float("-inf")
     order = torch.argsort(mass, descending=True, stable=True)[: min(top_k, int(present.sum()))]
     return [(int(s), float(mass[s])) for s in order]

@@ -15,6 +15,7 @@ from .decoding import TextAssembler
 from .errors import InputError, PromptTooLongError
 from .heads.headset import HeadSet
 from .heads.registry import HeadsArg, resolve_heads
+from .lexical import bm25_scores
 from .prompt import NULL_QUESTION, Prefix, PromptBuilder
 from .results import Evidence, ReplayResult, Usage
 from .scoring import CueRecurrenceScorer, Scorer
@@ -30,6 +31,17 @@ class _Request:
     config: ReplayConfig
     cache: Any
     timings: dict[str, float] = field(default_factory=dict)
+    _lexical: torch.Tensor | None = None
+
+    def lexical(self) -> torch.Tensor | None:
+        """BM25 scores of the sentences, computed once, when the hybrid selection asks for them."""
+        if self.config.unit != "sentence" or self.config.lexical_weight <= 0:
+            return None
+        if self._lexical is None:
+            documents = self.prefix.documents
+            texts = [documents[s.doc_index][s.start : s.end] for s in self.prefix.sentences]
+            self._lexical = bm25_scores(self.question, texts)
+        return self._lexical
 
     def sentence_key(self) -> dict[tuple[int, int, int], int]:
         return {(s.doc_index, s.start, s.end): i for i, s in enumerate(self.prefix.sentences)}
@@ -319,7 +331,10 @@ class ReContextEngine:
             if config.null_calibration:
                 null_scores, _ = self._scores(request, NULL_QUESTION, current)
                 scores = scores - null_scores
-            for sentence_id, score in select_sentences(scores, token_sentence, config.top_k, config.unit):
+            picks = select_sentences(
+                scores, token_sentence, config.top_k, config.unit, request.lexical(), config.lexical_weight
+            )
+            for sentence_id, score in picks:
                 s = prefix.sentences[sentence_id]
                 text = prefix.documents[s.doc_index][s.start : s.end]
                 pool.add(sentence_id, Evidence(text, s.doc_index, s.start, s.end, score, round_index))

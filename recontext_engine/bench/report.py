@@ -235,9 +235,11 @@ def evaluate_targets(records: Sequence[dict[str, Any]]) -> list[Target]:
         if not ok:
             select = median(r.get("timings", {}).get("select") for r in at4k)
             prefill = median(r.get("timings", {}).get("prefill") for r in at4k)
+            generate = median(r.get("timings", {}).get("generate") for r in at4k)
+            base = median(r.get("timings", {}).get("generate") for r in _by(records, "vanilla", length=4096))
             why = (
-                "the R=2 read passes (two per round with null calibration) took a median "
-                f"{_fmt(select, 1)} s against a {_fmt(prefill, 1)} s prefill of the context."
+                f"selection (the read passes) took a median {_fmt(select, 1)} s and generation "
+                f"{_fmt(generate, 1)} s (vanilla {_fmt(base, 1)} s) against a {_fmt(prefill, 1)} s prefill."
             )
         targets.append(
             Target(
@@ -261,8 +263,7 @@ def evaluate_targets(records: Sequence[dict[str, Any]]) -> list[Target]:
             base = median(r["memory_bytes"] for r in _by(records, "vanilla", length=length))
             why = (
                 f"the call's peak grew by a median {_fmt((extra or 0) / _MIB, 0)} MiB against vanilla's "
-                f"{_fmt((base or 0) / _MIB, 0)} MiB: attention rows of the cue, the read passes' activations "
-                "and the longer prompt stay resident until generation."
+                f"{_fmt((base or 0) / _MIB, 0)} MiB (read-pass activations, attention rows, longer prompt)."
             )
         targets.append(
             Target(name, "≤ 1.10×", f"{ratio:.2f}× (n={len(recs)})", "PASS" if ok else "MISS", why)
@@ -273,8 +274,21 @@ def evaluate_targets(records: Sequence[dict[str, Any]]) -> list[Target]:
 # -- plots --------------------------------------------------------------------------------------
 
 
-def plot_by_depth(records: Sequence[dict[str, Any]], field: str, path: Path, title: str) -> bool:
-    """One line per method: mean ``field`` by gold depth (binned to quarters). False if nothing to plot."""
+def _color(method: str) -> str:
+    """The same colour for a method in every plot (by its place in the registry)."""
+    from .methods import METHODS
+
+    names = list(METHODS)
+    return f"C{names.index(method) % 10}" if method in names else "black"
+
+
+def plot_by_depth(
+    records: Sequence[dict[str, Any]], field: str, path: Path, title: str, ylabel: str = ""
+) -> bool:
+    """One line per method: mean ``field`` by gold depth (binned to quarters). False if nothing to plot.
+
+    Methods are drawn slightly apart along x so that equal values stay visible.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -282,7 +296,9 @@ def plot_by_depth(records: Sequence[dict[str, Any]], field: str, path: Path, tit
     FigureCanvasAgg(figure)
     axes = figure.add_subplot(1, 1, 1)
     drawn = False
-    for method in _methods(records):
+    methods = _methods(records)
+    markers = "osD^v<>ph*"
+    for index, method in enumerate(methods):
         groups = group_by([r for r in records if r["method"] == method], _depth_bin)
         points = sorted(
             (depth, mean(float(r[field]) if r.get(field) is not None else None for r in recs))
@@ -293,12 +309,21 @@ def plot_by_depth(records: Sequence[dict[str, Any]], field: str, path: Path, tit
         if not points:
             continue
         style = "--" if method in ("vanilla", "oracle") else "-"
-        axes.plot([d for d, _ in points], [v for _, v in points], style, marker="o", label=method)
+        dodge = 0.012 * (index - (len(methods) - 1) / 2)
+        xs = [d + dodge for d, _ in points]
+        axes.plot(
+            xs,
+            [v for _, v in points],
+            style,
+            color=_color(method),
+            marker=markers[index % len(markers)],
+            label=method,
+        )
         drawn = True
     if not drawn:
         return False
     axes.set_xlabel("gold depth in the context (0 = start, 1 = end)")
-    axes.set_ylabel(field)
+    axes.set_ylabel(ylabel or field)
     axes.set_ylim(-0.03, 1.03)
     axes.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
     axes.set_title(title)
@@ -327,6 +352,17 @@ def _timing_table(records: Sequence[dict[str, Any]]) -> str:
     return _table(["method", "prefill s", "select s", "generate s", "call s", "peak MiB"], rows)
 
 
+def _machine_line(machine: dict[str, Any]) -> str:
+    if not machine:
+        return ""
+    return (
+        f"Machine: {machine.get('cpus')} CPUs, {machine.get('torch_threads')} torch threads; 1-minute load "
+        f"average {machine.get('load_avg_1m')} at the start, {machine.get('load_avg_1m_after')} at the end. "
+        "Time ratios compare calls run back to back on the same case, but other work on the machine "
+        "still adds noise to them."
+    )
+
+
 def render_report(cases: Sequence[BenchCase], records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     settings = meta.get("settings", {})
     targets = evaluate_targets(records)
@@ -338,6 +374,8 @@ def render_report(cases: Sequence[BenchCase], records: Sequence[dict[str, Any]],
         f"{'quick' if settings.get('quick') else 'full'} mode, seed {settings.get('seed')}, evidence budget "
         f"{settings.get('budget')} sentences, wall time {meta.get('wall_s', 0):.0f} s "
         f"({meta.get('created')}).",
+        "",
+        _machine_line(meta.get("machine") or {}),
         "",
         *(
             [f"**Interrupted**: {len(cases)} of {meta.get('planned_cases')} planned cases finished.", ""]
@@ -408,9 +446,18 @@ def write_report(
     """Write ``report.md``, ``cases.json``, ``accuracy_by_depth.png`` and ``recall_by_depth.png``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    plot_by_depth(records, "correct", out / "accuracy_by_depth.png", "Answer accuracy by gold depth")
+    n = len(cases)
+    plot_by_depth(
+        records,
+        "correct",
+        out / "accuracy_by_depth.png",
+        f"Answer accuracy by gold depth ({n} cases)",
+        "accuracy",
+    )
     replays = [r for r in records if r["kind"] != "vanilla"]
-    plot_by_depth(replays, "recall", out / "recall_by_depth.png", "Evidence recall by gold depth")
+    plot_by_depth(
+        replays, "recall", out / "recall_by_depth.png", f"Evidence recall by gold depth ({n} cases)", "recall"
+    )
     report = render_report(cases, records, meta)
     (out / "report.md").write_text(report)
     payload = {"meta": meta, "cases": [c.to_dict() for c in cases], "records": list(records)}

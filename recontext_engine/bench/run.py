@@ -1,5 +1,16 @@
 """The benchmark run loop: ``recontext bench [--quick] [--out DIR]`` and ``python -m recontext_engine.bench``.
 
+Modes:
+
+- ``--quick``: the four default tasks at 1K tokens (depths 0, 0.5, 1) and 2K tokens (depths
+  0.25, 0.75), text and documents layouts alternating; methods vanilla, bm25, embedding,
+  recontext-r2 and oracle: 20 cases, 100 calls, about 10 minutes on 2 idle CPU cores.
+- full (default): lengths 1K, 2K, 4K and 8K (8K is clamped to the window minus room for the
+  evidence, question and answer), all five depths, and methods vanilla, bm25, embedding,
+  recontext-r1/r2/r3, recontext-paper-r2 and oracle: 80 cases, 640 calls; hours on a CPU,
+  minutes on a GPU. ``--max-cases`` keeps an even spread of the grid.
+- ``--helmet FILE.jsonl``: HELMET rows instead of generated cases (see :mod:`.helmet`).
+
 For every case, vanilla runs first and then each other method, back to back, so that time and
 memory ratios compare calls on the same case under the same machine load.
 
@@ -44,6 +55,7 @@ QUICK_DEPTHS = DEPTHS
 QUICK_GRID: dict[int, tuple[float, ...]] = {1024: (0.0, 0.5, 1.0), 2048: (0.25, 0.75)}
 FULL_LENGTHS = (1024, 2048, 4096, 8192)
 _MIN_MEMORY = 1 << 20
+_MAX_ANSWER_TOKENS = 64
 
 
 # -- measurement --------------------------------------------------------------------------------
@@ -140,7 +152,30 @@ class BenchSettings:
     grid: dict[int, tuple[float, ...]] | None = None  # length -> depths, instead of lengths x depths
     model: str | None = None
     device: str = "cpu"
+    threads: int | None = None
     progress: bool = True
+
+    def validate(self) -> None:
+        """Reject bad settings before any model loads (ValueError with one clear message)."""
+        for name in self.methods:
+            get_method(name)
+        unknown = [t for t in self.tasks if t not in TASKS]
+        if unknown:
+            raise ValueError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
+        if any(layout not in ("text", "docs") for layout in self.layouts) or not self.layouts:
+            raise ValueError("layouts must be 'text' and/or 'docs'")
+        if any(not 0.0 <= d <= 1.0 for d in self.depths):
+            raise ValueError("depths must lie in [0, 1]")
+        if any(n < 64 for n in self.lengths):
+            raise ValueError("lengths must be at least 64 tokens")
+        counts = (self.budget, self.max_new_tokens, self.max_cases or 1, self.threads or 1, self.per_cell)
+        if min(counts) < 1:
+            raise ValueError(
+                "--budget, --max-new-tokens, --max-cases, --threads and --per-cell must be at least 1"
+            )
+        for path in self.helmet:
+            if not Path(path).is_file():
+                raise ValueError(f"HELMET file not found: {path}")
 
     def recontext_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {}
@@ -203,6 +238,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument("--model", help="model id or folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument(
+        "--threads", type=int, help="torch CPU threads (fewer than the cores helps on a shared machine)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -229,6 +267,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         grid=dict(QUICK_GRID) if quick and not (args.lengths or args.depths) else None,
         model=args.model,
         device=args.device,
+        threads=args.threads,
         progress=not args.no_progress,
     )
 
@@ -253,11 +292,8 @@ def build_cases(settings: BenchSettings, engine: Any) -> list[BenchCase]:
         for path in settings.helmet:
             cases += load_helmet(path, count_tokens=engine.count_tokens)
         return _spread(cases, settings.max_cases)
-    unknown = [t for t in settings.tasks if t not in TASKS]
-    if unknown:
-        raise ValueError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
     # Leave room for the template, the question, the replayed evidence and the answer.
-    reserve = 96 + 48 * settings.budget + settings.max_new_tokens
+    reserve = 96 + 48 * settings.budget + max(settings.max_new_tokens, _MAX_ANSWER_TOKENS)
     grid = settings.grid or {length: settings.depths for length in settings.lengths}
     cases = []
     for task in settings.tasks:
@@ -308,8 +344,11 @@ def run_case(ctx: MethodContext, case: BenchCase, method_name: str, device: str)
     started = time.perf_counter()
     try:
         with probe:
+            # The probe's own set-up (garbage collection, heap trim) stays outside the timing.
+            started = time.perf_counter()
             result = method.run(ctx, case)
-    except Exception as exc:  # noqa: BLE001 - one failing call must not end the run
+            elapsed = time.perf_counter() - started
+    except Exception as exc:  # one failing call must not end the run
         record.update(
             prediction="",
             correct=False,
@@ -324,7 +363,6 @@ def run_case(ctx: MethodContext, case: BenchCase, method_name: str, device: str)
             error=f"{type(exc).__name__}: {exc}",
         )
         return record
-    elapsed = time.perf_counter() - started
     replays = method.kind != "vanilla"
     record.update(
         prediction=result.text,
@@ -369,6 +407,24 @@ def _warm_up(ctx: MethodContext, methods: Sequence[str]) -> None:
         ctx.embedder.encode(["warm-up"])
 
 
+def _answer_budget(settings: BenchSettings, case: BenchCase, engine: Any) -> int:
+    """Room for the answer even when the model first restates the question (small models do)."""
+    answer = int(case.meta.get("answer_tokens") or max(engine.count_tokens(" " + a) for a in case.answers))
+    echo = engine.count_tokens(case.question)
+    return max(settings.max_new_tokens, min(_MAX_ANSWER_TOKENS, answer + echo + 4))
+
+
+def _machine() -> dict[str, Any]:
+    import torch
+
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return {
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_avg_1m": round(load[0], 2),
+    }
+
+
 def run_bench(settings: BenchSettings, engine: Any | None = None) -> dict[str, Any]:
     """Run the benchmark and write ``report.md``, ``cases.json`` and the plots under ``settings.out``."""
     from tqdm.auto import tqdm
@@ -376,8 +432,11 @@ def run_bench(settings: BenchSettings, engine: Any | None = None) -> dict[str, A
     from .report import write_report
 
     started = time.perf_counter()
-    for name in settings.methods:
-        get_method(name)
+    settings.validate()
+    if settings.threads:
+        import torch
+
+        torch.set_num_threads(settings.threads)
     methods = ["vanilla"] + [m for m in settings.methods if m != "vanilla"]
     if engine is None:
         from .. import ReContextEngine
@@ -388,14 +447,14 @@ def run_bench(settings: BenchSettings, engine: Any | None = None) -> dict[str, A
     ctx = MethodContext(engine, base, settings.budget, settings.recontext_options())
     cases = build_cases(settings, engine)
     _warm_up(ctx, methods)
+    machine_before = _machine()
     records: list[dict[str, Any]] = []
     done: list[BenchCase] = []
     interrupted = False
     bar = tqdm(total=len(cases) * len(methods), desc="bench", unit="call", disable=not settings.progress)
     try:
         for case in cases:
-            answer_tokens = int(case.meta.get("answer_tokens", 0))
-            ctx.config = base.with_options(max_new_tokens=max(settings.max_new_tokens, answer_tokens + 4))
+            ctx.config = base.with_options(max_new_tokens=_answer_budget(settings, case, engine))
             case_records = []
             for name in methods:
                 bar.set_postfix_str(f"{case.task} {case.length} {name}", refresh=False)
@@ -422,6 +481,7 @@ def run_bench(settings: BenchSettings, engine: Any | None = None) -> dict[str, A
         "wall_s": time.perf_counter() - started,
         "created": time.strftime("%Y-%m-%d %H:%M:%S"),
         "interrupted": interrupted,
+        "machine": {**machine_before, "load_avg_1m_after": _machine()["load_avg_1m"]},
         "planned_cases": len(cases),
     }
     return write_report(settings.out, done, records, meta)
@@ -451,8 +511,7 @@ def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         settings = settings_from_args(args)
-        for name in settings.methods:
-            get_method(name)
+        settings.validate()
         summary = run_bench(settings)
     except (ValueError, ImportError, OSError) as exc:
         print(f"recontext bench: {exc}", file=sys.stderr)

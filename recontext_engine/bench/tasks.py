@@ -419,7 +419,9 @@ def _companies(rng: random.Random, n: int) -> list[str]:
     names: set[str] = set()
     while len(names) < n:
         names.add(f"{rng.choice(_COMPANY_A)}{rng.choice(_COMPANY_B)} {rng.choice(_COMPANY_C)}")
-    return sorted(names, key=lambda _: rng.random())
+    ordered = sorted(names)  # a set's order varies between processes; sort before shuffling
+    rng.shuffle(ordered)
+    return ordered
 
 
 def _needle(rng, count_tokens, target, depth, layout, index) -> _Draft:

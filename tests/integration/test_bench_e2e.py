@@ -30,6 +30,25 @@ def test_command_line_settings() -> None:
     assert tuned.recontext_options() == {"top_k": 16, "null_calibration": False}
     assert tuned.depths == (0.0, 1.0) and tuned.helmet == ("a.jsonl",)
     assert set(FULL_METHODS) <= set(METHODS)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--tasks", "needle,nope"], "unknown task"),
+        (["--methods", "vanilla,magic"], "unknown method"),
+        (["--depths", "0.5,2"], "depths"),
+        (["--layouts", "pdf"], "layouts"),
+        (["--threads", "0"], "at least 1"),
+        (["--helmet", "/nonexistent.jsonl"], "not found"),
+    ],
+)
+def test_bad_settings_fail_before_loading_a_model(argv: list[str], message: str, capsys) -> None:
+    from recontext_engine.bench.run import cli
+
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("recontext bench: ") and message in err and len(err.strip().splitlines()) == 1
     assert {"recontext-r2", "recontext-paper-r2"} <= set(FULL_METHODS)
 
 
@@ -75,3 +94,37 @@ def test_tiny_bench_run_writes_the_report(engine, tmp_path: Path) -> None:
     needle_bm25 = next(r for r in records if r["method"] == "bm25" and r["task"] == "needle")
     assert needle_bm25["recall"] == 1.0  # the question shares the needle's key
     assert summary["overall"]["oracle"]["recall"] == 1.0
+
+
+@pytest.mark.model
+def test_helmet_rows_run_through_the_same_harness(engine, tmp_path: Path) -> None:
+    row = {
+        "id": "q1",
+        "question": "Which river flows through the town of Brackwater?",
+        "answers": ["Ellis River", "Ellis"],
+        "ctxs": [
+            {
+                "title": "Mills",
+                "text": "Brackwater had three mills. They closed long ago.",
+                "has_answer": False,
+            },
+            {"title": "Brackwater", "text": "The Ellis River flows through Brackwater.", "has_answer": True},
+        ],
+    }
+    path = tmp_path / "kilt_tiny.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    settings = BenchSettings(
+        out=tmp_path / "out",
+        helmet=(str(path),),
+        methods=("vanilla", "bm25"),
+        max_new_tokens=8,
+        progress=False,
+    )
+    summary = run_bench(settings, engine)
+    saved = json.loads((tmp_path / "out" / "cases.json").read_text())
+    assert [c["task"] for c in saved["cases"]] == ["kilt_tiny"]
+    case = BenchCase.from_dict(saved["cases"][0])
+    assert case.gold_texts() == ["The Ellis River flows through Brackwater."] and case.gold[0].doc_index == 1
+    bm25 = next(r for r in saved["records"] if r["method"] == "bm25")
+    assert bm25["error"] is None and bm25["recall"] == 1.0
+    assert summary["overall"]["vanilla"]["n"] == 1

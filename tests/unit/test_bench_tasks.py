@@ -193,3 +193,34 @@ def test_lengths_with_the_engine_tokenizer() -> None:
     ids = tokenizer(case.context, add_special_tokens=False)["input_ids"]
     top_word = Counter(tokenizer.convert_ids_to_tokens(ids)).most_common(3)
     assert all(n / len(ids) < 0.08 for _, n in top_word)
+
+
+def test_generation_does_not_depend_on_the_hash_seed() -> None:
+    """Same cases in processes with different PYTHONHASHSEED (set order must never leak in)."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import hashlib, re\n"
+        "from recontext_engine.bench.tasks import TASKS, generate_case\n"
+        "tok = re.compile(r'\\w+|[^\\w\\s]')\n"
+        "h = hashlib.sha256()\n"
+        "for task in TASKS:\n"
+        "    for layout in ('text', 'docs'):\n"
+        "        case = generate_case(task, length=600, depth=0.25, layout=layout,\n"
+        "                             count_tokens=lambda t: len(tok.findall(t)))\n"
+        "        h.update(repr(case.to_dict()).encode())\n"
+        "print(h.hexdigest())\n"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
+    assert len(digests) == 1

@@ -88,3 +88,24 @@ def test_selection_returns_known_sentences_only(values: list[float], k: int, dat
         ids = [s for s, _ in picked]
         assert len(ids) == len(set(ids)) <= k
         assert set(ids) <= set(token_sentence[token_sentence >= 0].tolist())
+
+
+def test_hybrid_fuses_attention_and_lexical_ranks() -> None:
+    scores = torch.tensor([0.9, 0.1, 0.5, 0.0, 0.3])
+    token_sentence = torch.tensor([0, 1, 2, 3, 4])
+    lexical = torch.tensor([0.0, 0.0, 0.0, 5.0, 4.0])
+    attention_only = select_sentences(scores, token_sentence, 2, "sentence")
+    fused = select_sentences(scores, token_sentence, 2, "sentence", lexical, lexical_weight=1.0)
+    assert [s for s, _ in attention_only] == [0, 2]
+    assert [s for s, _ in fused] == [0, 4]  # 3rd by attention and 2nd by BM25 overtakes sentence 2
+    assert select_sentences(scores, token_sentence, 2, "token", lexical, 1.0) == select_sentences(
+        scores, token_sentence, 2, "token"
+    )
+
+
+def test_bm25_scores_rank_the_sentence_sharing_the_question_words() -> None:
+    from recontext_engine.lexical import bm25_scores
+
+    got = bm25_scores("Which city does Maria live in?", ["Tom likes trains.", "Maria lives in Lisbon.", "x"])
+    assert int(torch.argmax(got)) == 1 and got[0] == 0
+    assert bm25_scores("N/A", ["Tom likes trains."]).tolist() == [0.0]
