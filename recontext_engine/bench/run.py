@@ -488,15 +488,16 @@ def run_bench(settings: BenchSettings, engine: Any | None = None) -> dict[str, A
 
 
 def _method_config(ctx: MethodContext, name: str) -> dict[str, Any]:
-    from .methods import recontext_config
+    from .methods import recontext_config, variant_of
 
     method = get_method(name)
-    cfg = recontext_config(ctx, method.rounds, name.startswith("recontext-paper"))
+    cfg = recontext_config(ctx, method.rounds, variant_of(name))
     keys = (
         "rounds",
         "top_k",
         "unit",
         "null_calibration",
+        "lexical_weight",
         "max_evidence",
         "cue_window",
         "decay",

@@ -155,7 +155,12 @@ def test_embedded_name_matches_engine() -> None:
 def test_format_replay_prompt_layout() -> None:
     evidence = Document(page_content="<evidence>\nB.\n</evidence>", metadata={"kind": EVIDENCE_KIND})
     prompt = format_replay_prompt({"question": "Q?", "documents": [Document(page_content="A. B."), evidence]})
-    assert prompt.startswith("Context:\nA. B.\n\n<evidence>\nB.\n</evidence>\n\nQuestion: Q?")
+    from recontext_engine.config import DEFAULT_QUESTION_TEMPLATE
+
+    expected = "Context:\nA. B.\n\n<evidence>\nB.\n</evidence>\n\n" + DEFAULT_QUESTION_TEMPLATE.format(
+        question="Q?"
+    )
+    assert prompt == expected
     two = format_replay_prompt(
         {"question": "Q?", "documents": ["A.", "B."]}, question_template="Q: {question}"
     )
