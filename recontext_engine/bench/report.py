@@ -276,10 +276,14 @@ def evaluate_targets(records: Sequence[dict[str, Any]]) -> list[Target]:
 
 def _color(method: str) -> str:
     """The same colour for a method in every plot (by its place in the registry)."""
+    from matplotlib import colormaps, colors
+
     from .methods import METHODS
 
     names = list(METHODS)
-    return f"C{names.index(method) % 10}" if method in names else "black"
+    if method not in names:
+        return "black"
+    return colors.to_hex(colormaps["tab20"](names.index(method) % 20))
 
 
 def plot_by_depth(

@@ -3,12 +3,11 @@
 Modes:
 
 - ``--quick``: the four default tasks at 1K tokens (depths 0, 0.5, 1) and 2K tokens (depths
-  0.25, 0.75), text and documents layouts alternating; methods vanilla, bm25, embedding,
-  recontext-r2 and oracle: 20 cases, 100 calls, about 10 minutes on 2 idle CPU cores.
+  0.25, 0.75), text and documents layouts alternating, the methods of
+  :data:`~.methods.QUICK_METHODS`: 20 cases, about 5 s per call on 2 idle CPU cores.
 - full (default): lengths 1K, 2K, 4K and 8K (8K is clamped to the window minus room for the
-  evidence, question and answer), all five depths, and methods vanilla, bm25, embedding,
-  recontext-r1/r2/r3, recontext-paper-r2 and oracle: 80 cases, 640 calls; hours on a CPU,
-  minutes on a GPU. ``--max-cases`` keeps an even spread of the grid.
+  evidence, question and answer), all five depths, the methods of :data:`~.methods.FULL_METHODS`:
+  80 cases; hours on a CPU, minutes on a GPU. ``--max-cases`` keeps an even spread of the grid.
 - ``--helmet FILE.jsonl``: HELMET rows instead of generated cases (see :mod:`.helmet`).
 
 For every case, vanilla runs first and then each other method, back to back, so that time and
@@ -168,7 +167,8 @@ class BenchSettings:
             raise ValueError("depths must lie in [0, 1]")
         if any(n < 64 for n in self.lengths):
             raise ValueError("lengths must be at least 64 tokens")
-        counts = (self.budget, self.max_new_tokens, self.max_cases or 1, self.threads or 1, self.per_cell)
+        optional = (n for n in (self.max_cases, self.threads) if n is not None)  # None = no limit / default
+        counts = (self.budget, self.max_new_tokens, self.per_cell, *optional)
         if min(counts) < 1:
             raise ValueError(
                 "--budget, --max-new-tokens, --max-cases, --threads and --per-cell must be at least 1"
