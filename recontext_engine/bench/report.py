@@ -274,16 +274,28 @@ def evaluate_targets(records: Sequence[dict[str, Any]]) -> list[Target]:
 # -- plots --------------------------------------------------------------------------------------
 
 
-def _color(method: str) -> str:
-    """The same colour for a method in every plot (by its place in the registry)."""
-    from matplotlib import colormaps, colors
+_BASELINE_COLORS = {"vanilla": "#333333", "oracle": "#8c8c8c"}
+_PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+    "#e377c2", "#17becf", "#bcbd22", "#393b79", "#637939", "#843c39",
+)  # fmt: skip
 
+
+def _registry_index(method: str) -> int:
     from .methods import METHODS
 
     names = list(METHODS)
-    if method not in names:
-        return "black"
-    return colors.to_hex(colormaps["tab20"](names.index(method) % 20))
+    return names.index(method) if method in names else len(names)
+
+
+def _color(method: str) -> str:
+    """The same colour for a method in every plot (baselines grey, the rest by registry order)."""
+    from .methods import METHODS
+
+    if method in _BASELINE_COLORS:
+        return _BASELINE_COLORS[method]
+    others = [m for m in METHODS if m not in _BASELINE_COLORS]
+    return _PALETTE[others.index(method) % len(_PALETTE)] if method in others else "black"
 
 
 def plot_by_depth(
@@ -320,7 +332,7 @@ def plot_by_depth(
             [v for _, v in points],
             style,
             color=_color(method),
-            marker=markers[index % len(markers)],
+            marker=markers[_registry_index(method) % len(markers)],
             label=method,
         )
         drawn = True
