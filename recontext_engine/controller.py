@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -17,6 +18,7 @@ def select_sentences(
     unit: str,
     lexical: torch.Tensor | None = None,
     lexical_weight: float = 0.0,
+    exclude: Sequence[int] = (),
 ) -> list[tuple[int, float]]:
     """Pick sentences from per-position scores.
 
@@ -27,6 +29,8 @@ def select_sentences(
             ``"sentence"``: the top-K sentences by summed score.
         lexical: (num_sentences,) lexical scores; with ``unit="sentence"`` and a positive
             ``lexical_weight`` the sentences are ranked by reciprocal-rank fusion of both.
+        exclude: sentence ids not to pick again (``unit="sentence"``: a later round brings new
+            evidence instead of re-picking the pool; the paper's token rule only deduplicates).
 
     Returns:
         ``(sentence_id, score)`` pairs, best first, without duplicates.
@@ -47,6 +51,7 @@ def select_sentences(
     present[token_sentence[valid]] = True
     if lexical is not None and lexical_weight > 0:
         mass = reciprocal_ranks(mass) + lexical_weight * reciprocal_ranks(lexical[:num_sentences])
+    present[list(exclude)] = False
     mass[~present] = float("-inf")
     order = torch.argsort(mass, descending=True, stable=True)[: min(top_k, int(present.sum()))]
     return [(int(s), float(mass[s])) for s in order]

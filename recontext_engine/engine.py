@@ -31,17 +31,18 @@ class _Request:
     config: ReplayConfig
     cache: Any
     timings: dict[str, float] = field(default_factory=dict)
-    _lexical: torch.Tensor | None = None
 
-    def lexical(self) -> torch.Tensor | None:
-        """BM25 scores of the sentences, computed once, when the hybrid selection asks for them."""
+    def lexical(self, evidence: Sequence[Evidence] = ()) -> torch.Tensor | None:
+        """BM25 scores of the sentences when the hybrid selection asks for them.
+
+        The query is the question plus the evidence gathered so far: a later round looks for
+        sentences that connect to what earlier rounds found (the second hop of a chain).
+        """
         if self.config.unit != "sentence" or self.config.lexical_weight <= 0:
             return None
-        if self._lexical is None:
-            documents = self.prefix.documents
-            texts = [documents[s.doc_index][s.start : s.end] for s in self.prefix.sentences]
-            self._lexical = bm25_scores(self.question, texts)
-        return self._lexical
+        documents = self.prefix.documents
+        texts = [documents[s.doc_index][s.start : s.end] for s in self.prefix.sentences]
+        return bm25_scores(" ".join([self.question, *(e.text for e in evidence)]), texts)
 
     def sentence_key(self) -> dict[tuple[int, int, int], int]:
         return {(s.doc_index, s.start, s.end): i for i, s in enumerate(self.prefix.sentences)}
@@ -332,7 +333,13 @@ class ReContextEngine:
                 null_scores, _ = self._scores(request, NULL_QUESTION, current)
                 scores = scores - null_scores
             picks = select_sentences(
-                scores, token_sentence, config.top_k, config.unit, request.lexical(), config.lexical_weight
+                scores,
+                token_sentence,
+                config.top_k,
+                config.unit,
+                request.lexical(current),
+                config.lexical_weight,
+                exclude=pool.sentence_ids(),
             )
             for sentence_id, score in picks:
                 s = prefix.sentences[sentence_id]

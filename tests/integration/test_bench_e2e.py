@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from recontext_engine.bench.methods import FULL_METHODS, METHODS, QUICK_METHODS
+from recontext_engine import ReplayConfig
+from recontext_engine.bench.methods import (
+    FULL_METHODS,
+    METHODS,
+    QUICK_METHODS,
+    MethodContext,
+    recontext_config,
+)
 from recontext_engine.bench.run import BenchSettings, add_arguments, run_bench, settings_from_args
 from recontext_engine.bench.tasks import BenchCase
 
@@ -21,15 +28,24 @@ def test_command_line_settings() -> None:
     quick = _parse("--quick", "--out", "/tmp/x")
     assert quick.quick and quick.out == Path("/tmp/x")
     assert quick.methods == QUICK_METHODS
-    assert quick.grid == {1024: (0.0, 0.5, 1.0), 2048: (0.25, 0.75)}  # all five depths, split by length
+    assert quick.lengths == (1024,) and quick.depths == (0.0, 0.25, 0.5, 0.75, 1.0)
     assert quick.max_new_tokens == 16 and quick.recontext_options() == {}
     full = _parse("--lengths", "1k,4096", "--methods", "vanilla,recontext-r3", "--unit", "token")
     assert full.lengths == (1024, 4096) and full.methods == ("vanilla", "recontext-r3")
-    assert full.recontext_options() == {"unit": "token"} and full.grid is None
+    assert full.recontext_options() == {"unit": "token"}
     tuned = _parse("--no-null-calibration", "--top-k", "16", "--depths", "0,1", "--helmet", "a.jsonl")
     assert tuned.recontext_options() == {"top_k": 16, "null_calibration": False}
     assert tuned.depths == (0.0, 1.0) and tuned.helmet == ("a.jsonl",)
     assert set(FULL_METHODS) <= set(METHODS)
+
+
+def test_each_round_gets_its_share_of_the_evidence_budget() -> None:
+    ctx = MethodContext(engine=None, config=ReplayConfig(), budget=8)
+    configs = [recontext_config(ctx, rounds) for rounds in (1, 2, 3)]
+    assert [c.top_k for c in configs] == [8, 4, 3] and {c.max_evidence for c in configs} == {8}
+    assert recontext_config(ctx, 2, "recontext-paper").unit == "token"
+    tuned = MethodContext(engine=None, config=ReplayConfig(), budget=8, recontext_options={"top_k": 16})
+    assert recontext_config(tuned, 2).top_k == 16
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 
 import pytest
@@ -15,7 +16,7 @@ from recontext_engine import (
     ReplayConfig,
 )
 from recontext_engine.heads.registry import resolve_heads
-from tests.documents import planted_document
+from tests.documents import filler, planted_document
 
 pytestmark = pytest.mark.model
 
@@ -35,6 +36,19 @@ def test_planted_fact_is_replayed_with_exact_provenance(engine, depth: float) ->
         assert item.doc_index == 0 and 1 <= item.round <= 2
     starts = [e.char_start for e in evidence]
     assert starts == sorted(starts) and len(set(starts)) == len(starts)
+
+
+def test_each_round_adds_new_sentences_and_follows_the_chain(engine) -> None:
+    # Two hops: the question names Ann; only her company's sentence leads to the city.
+    body = filler(random.Random(11), 40)
+    body[12:12] = ["Ann Vale works at Korvex Labs.", "Bo Lund works at Delmar Group."]
+    body[30:30] = ["Korvex Labs is based in Lisbon.", "Delmar Group is based in Oslo."]
+    document = " ".join(body)
+    evidence = engine.select_evidence(document, "Which city does Ann Vale work in?", SMALL)
+    texts = [e.text for e in evidence]
+    assert len(texts) == 2 * SMALL.top_k and len(set(texts)) == len(texts)
+    assert {e.round for e in evidence} == {1, 2}
+    assert "Ann Vale works at Korvex Labs." in texts and "Korvex Labs is based in Lisbon." in texts
 
 
 def test_answer_streams_the_same_text_and_reports_usage_and_timings(engine) -> None:

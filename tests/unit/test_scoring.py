@@ -103,6 +103,15 @@ def test_hybrid_fuses_attention_and_lexical_ranks() -> None:
     )
 
 
+def test_excluded_sentences_are_not_picked_again() -> None:
+    scores = torch.tensor([0.9, 0.1, 0.5, 0.0, 0.3])
+    token_sentence = torch.tensor([0, 1, 2, 3, 4])
+    lexical = torch.tensor([0.0, 0.0, 0.0, 5.0, 4.0])
+    picked = select_sentences(scores, token_sentence, 2, "sentence", lexical, 1.0, exclude=[0, 4])
+    assert [s for s, _ in picked] == [3, 2]
+    assert select_sentences(scores, token_sentence, 9, "sentence", exclude=range(5)) == []
+
+
 def test_bm25_scores_rank_the_sentence_sharing_the_question_words() -> None:
     from recontext_engine.lexical import bm25_scores
 
