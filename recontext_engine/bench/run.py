@@ -3,8 +3,8 @@
 Modes:
 
 - ``--quick``: the four default tasks at 1K tokens and all five depths, text and documents
-  layouts alternating, the methods of :data:`~.methods.QUICK_METHODS`: 20 cases x 5 methods,
-  about 5 s per call (under 10 minutes) on 2 idle CPU cores.
+  layouts alternating, the methods of :data:`~.methods.QUICK_METHODS`: 20 cases x 4 methods,
+  about 5 s per call (8 minutes) on 2 idle CPU cores.
 - full (default): lengths 1K, 2K, 4K and 8K (8K is clamped to the window minus room for the
   evidence, question and answer), all five depths, the methods of :data:`~.methods.FULL_METHODS`:
   80 cases; hours on a CPU, minutes on a GPU. ``--max-cases`` keeps an even spread of the grid.
