@@ -383,6 +383,7 @@ def detect(
         "decay": config.decay,
         "scorer": scorer,
         "null_question": NULL_QUESTION,
+        "question_template": config.question_template,
         "objective": objective,
         "selection": selection,
         "calibration": {

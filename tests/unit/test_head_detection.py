@@ -185,6 +185,7 @@ def test_detected_set_round_trips_with_its_provenance(backend, tokenizer, tmp_pa
     assert loaded == head_set and loaded.provenance == head_set.provenance
     prov = loaded.provenance
     assert prov["cue_window"] == 10 and prov["decay"] == 0.75 and prov["null_question"] == "N/A"
+    assert prov["question_template"] == PROMPT.question_template
     assert prov["calibration"]["cases"] == 6 and prov["calibration"]["seed"] == 7
     assert prov["model"] == {
         "name": "tiny-planted",
