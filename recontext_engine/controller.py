@@ -50,7 +50,10 @@ def select_sentences(
     present = torch.zeros(num_sentences, dtype=torch.bool)
     present[token_sentence[valid]] = True
     if lexical is not None and lexical_weight > 0:
-        mass = reciprocal_ranks(mass) + lexical_weight * reciprocal_ranks(lexical[:num_sentences])
+        lexical = lexical[:num_sentences]
+        # A sentence that shares no word with the query earns no lexical credit, whatever its rank.
+        lexical_credit = torch.where(lexical > 0, reciprocal_ranks(lexical), 0.0)
+        mass = reciprocal_ranks(mass) + lexical_weight * lexical_credit
     present[list(exclude)] = False
     mass[~present] = float("-inf")
     order = torch.argsort(mass, descending=True, stable=True)[: min(top_k, int(present.sum()))]

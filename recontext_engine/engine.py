@@ -31,18 +31,30 @@ class _Request:
     config: ReplayConfig
     cache: Any
     timings: dict[str, float] = field(default_factory=dict)
+    _question_scores: torch.Tensor | None = None
 
     def lexical(self, evidence: Sequence[Evidence] = ()) -> torch.Tensor | None:
         """BM25 scores of the sentences when the hybrid selection asks for them.
 
-        The query is the question plus the evidence gathered so far: a later round looks for
-        sentences that connect to what earlier rounds found (the second hop of a chain).
+        The query is the question plus the pooled sentences that share a word with it: a later
+        round looks for what connects to them (the second hop of a chain). Pooled sentences that
+        attention picked but that share nothing with the question would steer BM25 off topic.
         """
         if self.config.unit != "sentence" or self.config.lexical_weight <= 0:
             return None
         documents = self.prefix.documents
         texts = [documents[s.doc_index][s.start : s.end] for s in self.prefix.sentences]
-        return bm25_scores(" ".join([self.question, *(e.text for e in evidence)]), texts)
+        if self._question_scores is None:
+            self._question_scores = bm25_scores(self.question, texts)
+        key = self.sentence_key()
+        related = [
+            e.text
+            for e in evidence
+            if self._question_scores[key[(e.doc_index, e.char_start, e.char_end)]] > 0
+        ]
+        if not related:
+            return self._question_scores
+        return bm25_scores(" ".join([self.question, *related]), texts)
 
     def sentence_key(self) -> dict[tuple[int, int, int], int]:
         return {(s.doc_index, s.start, s.end): i for i, s in enumerate(self.prefix.sentences)}

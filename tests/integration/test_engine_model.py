@@ -6,6 +6,7 @@ import random
 import threading
 
 import pytest
+import torch
 
 from recontext_engine import (
     Evidence,
@@ -49,6 +50,28 @@ def test_each_round_adds_new_sentences_and_follows_the_chain(engine) -> None:
     assert len(texts) == 2 * SMALL.top_k and len(set(texts)) == len(texts)
     assert {e.round for e in evidence} == {1, 2}
     assert "Ann Vale works at Korvex Labs." in texts and "Korvex Labs is based in Lisbon." in texts
+
+
+def test_later_rounds_query_bm25_with_the_pooled_sentences_that_share_the_question_words(engine) -> None:
+    body = filler(random.Random(12), 30)
+    body[5:5] = ["Ann Vale works at Korvex Labs."]
+    body[20:20] = ["Korvex Labs is based in Lisbon."]
+    document = " ".join(body)
+    request = engine._start(document, "Which city does Ann Vale work in?", SMALL)
+    texts = [document[s.start : s.end] for s in request.prefix.sentences]
+
+    def pooled(text: str) -> Evidence:
+        start = document.index(text)
+        return Evidence(text, 0, start, start + len(text), 1.0, 1)
+
+    hop1, hop2 = texts.index(body[5]), texts.index(body[20])
+    first = request.lexical()
+    fed = request.lexical([pooled(body[5]), pooled(body[0])])
+    assert float(first[hop2]) == 0.0 < float(fed[hop2])
+    ranked = [i for i in torch.argsort(fed, descending=True).tolist() if i != hop1]
+    assert ranked[0] == hop2
+    # The filler sentence shares no word with the question, so it does not steer the query.
+    assert torch.equal(fed, request.lexical([pooled(body[5])]))
 
 
 def test_answer_streams_the_same_text_and_reports_usage_and_timings(engine) -> None:

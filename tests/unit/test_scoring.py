@@ -97,7 +97,11 @@ def test_hybrid_fuses_attention_and_lexical_ranks() -> None:
     attention_only = select_sentences(scores, token_sentence, 2, "sentence")
     fused = select_sentences(scores, token_sentence, 2, "sentence", lexical, lexical_weight=1.0)
     assert [s for s, _ in attention_only] == [0, 2]
-    assert [s for s, _ in fused] == [0, 4]  # 3rd by attention and 2nd by BM25 overtakes sentence 2
+    # Good in both lists beats best in one: 4 (3rd by attention, 2nd by BM25), then 3 (last, 1st).
+    assert [s for s, _ in fused] == [4, 3]
+    # Sentences with no query word earn no lexical credit, so BM25 zeros leave attention's order.
+    no_words = select_sentences(scores, token_sentence, 5, "sentence", torch.zeros(5), lexical_weight=1.0)
+    assert [s for s, _ in no_words] == [0, 2, 4, 1, 3]
     assert select_sentences(scores, token_sentence, 2, "token", lexical, 1.0) == select_sentences(
         scores, token_sentence, 2, "token"
     )
