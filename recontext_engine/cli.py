@@ -32,7 +32,7 @@ def _add_ask(commands) -> None:
     )
     ask.add_argument("--question", required=True, help="the question")
     ask.add_argument("--rounds", type=int, default=None, help="replay rounds R (default 2)")
-    ask.add_argument("--top-k", type=int, default=None, help="top-K per round (default 8)")
+    ask.add_argument("--top-k", type=int, default=None, help="top-K new sentences per round (default 4)")
     ask.add_argument("--vanilla", action="store_true", help="no replay (R = 0), same prompt layout")
     ask.add_argument("--max-new-tokens", type=int, default=None)
     ask.add_argument("--json", action="store_true", help="print one JSON object")

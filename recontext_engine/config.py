@@ -24,7 +24,10 @@ class ReplayConfig:
     """
 
     rounds: int = field(default=2, metadata={"help": "Replay rounds R; 0 = vanilla."})
-    top_k: int = field(default=8, metadata={"help": "Top-K context positions (or sentences) per round."})
+    top_k: int = field(
+        default=4,
+        metadata={"help": "Top-K context positions (or new sentences) per round; the pool holds up to R*K."},
+    )
     cue_window: int = field(default=8, metadata={"help": "Number w of last prompt tokens read as the cue."})
     decay: float = field(default=0.75, metadata={"help": "lambda of r(t) = normalize(a(t) + lambda r(t-1))."})
     candidates: Literal["context", "full_prompt"] = field(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import AttentionInterface, DynamicCache
+from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
@@ -146,6 +147,50 @@ def install_readout(model) -> None:
     model.set_attn_implementation(IMPLEMENTATION + "_eager" if needs_eager else IMPLEMENTATION)
 
 
+class ReservedLayer(DynamicLayer):
+    """A cache layer that appends in place into a buffer with ``RESERVE`` spare positions.
+
+    ``DynamicLayer`` concatenates, copying the whole layer at every read pass and every decoded
+    token; here the buffer grows (by the needed size plus the reserve) only when it is full. Keys
+    and values are views of the buffer, so cropping them and appending again reuses the space.
+    """
+
+    RESERVE = 256
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        start = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+        end = start + key_states.shape[-2]
+        if self._buffers is None or end > self._buffers[0].shape[-2]:
+            self._buffers = tuple(
+                _grown(old, new, start, end + self.RESERVE)
+                for old, new in ((self.keys, key_states), (self.values, value_states))
+            )
+        keys, values = self._buffers
+        keys[..., start:end, :] = key_states
+        values[..., start:end, :] = value_states
+        self.keys, self.values = keys[..., :end, :], values[..., :end, :]
+        return self.keys, self.values
+
+
+def _grown(current: torch.Tensor, incoming: torch.Tensor, length: int, capacity: int) -> torch.Tensor:
+    shape = (*incoming.shape[:-2], capacity, incoming.shape[-1])
+    buffer = torch.empty(shape, dtype=incoming.dtype, device=incoming.device)
+    if length:
+        buffer[..., :length, :] = current[..., :length, :]
+    return buffer
+
+
+class ReservedCache(DynamicCache):
+    """A ``DynamicCache`` of :class:`ReservedLayer` (no config: every layer keeps all positions)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer_class_to_replicate = ReservedLayer
+
+
 def truncate_cache(cache: DynamicCache, length: int) -> None:
     """Drop cached positions from ``length`` on; layers a stopped pass never reached are untouched."""
     for layer in cache.layers:
@@ -196,7 +241,7 @@ class TransformersBackend:
             )
 
     def new_cache(self) -> DynamicCache:
-        return DynamicCache()
+        return ReservedCache()
 
     @torch.inference_mode()
     def prefill(self, ids: list[int], cache: DynamicCache | None = None) -> DynamicCache:

@@ -222,7 +222,7 @@ class ReContextLLM(CustomLLM):
     max_new_tokens: int = Field(default=256, ge=1, description="Tokens to generate at most (num_output).")
     temperature: float = Field(default=0.0, ge=0.0, description="0 = greedy (deterministic).")
     replay_options: dict[str, Any] = Field(
-        default_factory=dict, description="Other ReplayConfig fields, e.g. {'rounds': 2, 'top_k': 8}."
+        default_factory=dict, description="Other ReplayConfig fields, e.g. {'rounds': 2, 'top_k': 4}."
     )
     split_patterns: list[SplitPattern] = Field(
         default_factory=lambda: list(DEFAULT_SPLIT_PATTERNS),
