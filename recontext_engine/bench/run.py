@@ -21,8 +21,10 @@ What is measured per call:
 - ``memory_bytes``: peak working memory of the call. On CPU: the peak of the process's resident
   set (``VmRSS`` in ``/proc/self/status``, sampled every 5 ms by a background thread) minus its
   value just before the call, after ``gc.collect()`` and glibc ``malloc_trim(0)`` so that freed
-  memory of earlier calls is not counted as headroom. It covers the KV cache, activations,
-  attention readouts and retrieval structures; the weights are in the baseline. On CUDA:
+  memory of earlier calls is not counted as headroom; blocks of 1 MiB and more are mmapped
+  (``mallopt(M_MMAP_THRESHOLD, 1 MiB)``), so that a freed tensor leaves the resident set at
+  once. It covers the KV cache, activations, attention readouts and retrieval structures; the
+  weights are in the baseline. On CUDA:
   ``torch.cuda.max_memory_allocated`` above the allocation before the call. ``memory_ratio``
   divides it by vanilla's (None when vanilla's peak is under 1 MiB, too small to divide by).
 """
@@ -68,7 +70,11 @@ def _rss_bytes() -> int:
 def _trim_heap() -> None:
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        libc = ctypes.CDLL("libc.so.6")
+        # Blocks of 1 MiB and more (tensors) are mmapped and unmapped when freed, so resident memory
+        # follows live memory instead of glibc's adaptive threshold (M_MMAP_THRESHOLD = -3).
+        libc.mallopt(-3, 1 << 20)
+        libc.malloc_trim(0)
 
 
 class PeakMemory:
