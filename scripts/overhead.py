@@ -12,7 +12,7 @@ import statistics
 import time
 
 from recontext_engine import ReContextEngine, ReplayConfig
-from recontext_engine.bench.run import PeakMemory
+from recontext_engine.bench.run import PeakMemory, steady_allocator
 
 WORDS = ("harbour", "ferry", "lantern", "orchard", "quarry", "violin", "meadow", "archive", "signal", "canal")
 
@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     engine = ReContextEngine.from_pretrained()
+    steady_allocator()
     engine.answer("Warm-up text.", "Warm up?", max_new_tokens=2)
     print("| tokens | R=0 s | R=2 s | time R=2/R=0 | memory R=2/R=0 | R=2 answer |")
     print("|---:|---:|---:|---:|---:|---|")

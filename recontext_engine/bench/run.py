@@ -21,10 +21,11 @@ What is measured per call:
 - ``memory_bytes``: peak working memory of the call. On CPU: the peak of the process's resident
   set (``VmRSS`` in ``/proc/self/status``, sampled every 5 ms by a background thread) minus its
   value just before the call, after ``gc.collect()`` and glibc ``malloc_trim(0)`` so that freed
-  memory of earlier calls is not counted as headroom; blocks of 1 MiB and more are mmapped
-  (``mallopt(M_MMAP_THRESHOLD, 1 MiB)``), so that a freed tensor leaves the resident set at
-  once. It covers the KV cache, activations, attention readouts and retrieval structures; the
-  weights are in the baseline. On CUDA:
+  memory of earlier calls is not counted as headroom. Except in quick mode (where it would cost
+  about a quarter more time) or with ``--steady-memory``, blocks of 1 MiB and more are mmapped
+  (:func:`steady_allocator`), so that a freed tensor leaves the resident set at once. It covers
+  the KV cache, activations, attention readouts and retrieval structures; the weights are in the
+  baseline. On CUDA:
   ``torch.cuda.max_memory_allocated`` above the allocation before the call. ``memory_ratio``
   divides it by vanilla's (None when vanilla's peak is under 1 MiB, too small to divide by).
 """
@@ -70,11 +71,17 @@ def _rss_bytes() -> int:
 def _trim_heap() -> None:
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6")
-        # Blocks of 1 MiB and more (tensors) are mmapped and unmapped when freed, so resident memory
-        # follows live memory instead of glibc's adaptive threshold (M_MMAP_THRESHOLD = -3).
-        libc.mallopt(-3, 1 << 20)
-        libc.malloc_trim(0)
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def steady_allocator() -> None:
+    """Make glibc mmap every block of 1 MiB or more, so a freed tensor leaves the resident set at once.
+
+    Resident memory then follows live memory instead of glibc's adaptive threshold (which made the
+    same 8K cases measure 0.82x to 1.13x across runs); allocations get slower (page faults).
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
 
 
 class PeakMemory:
@@ -154,6 +161,7 @@ class BenchSettings:
     model: str | None = None
     device: str = "cpu"
     threads: int | None = None
+    steady_memory: bool = False  # the command line turns it on outside quick mode
     progress: bool = True
 
     def validate(self) -> None:
@@ -241,6 +249,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--threads", type=int, help="torch CPU threads (fewer than the cores helps on a shared machine)"
     )
+    parser.add_argument(
+        "--steady-memory",
+        action="store_true",
+        help="mmap blocks of 1 MiB and more in quick mode too (steadier memory figures, slower calls)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -267,6 +280,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         model=args.model,
         device=args.device,
         threads=args.threads,
+        steady_memory=bool(args.steady_memory) or not quick,
         progress=not args.no_progress,
     )
 
@@ -434,6 +448,8 @@ def run_bench(settings: BenchSettings, engine: Any | None = None) -> dict[str, A
         import torch
 
         torch.set_num_threads(settings.threads)
+    if settings.steady_memory:
+        steady_allocator()
     methods = ["vanilla"] + [m for m in settings.methods if m != "vanilla"]
     if engine is None:
         from .. import ReContextEngine

@@ -29,10 +29,11 @@ def test_command_line_settings() -> None:
     assert quick.quick and quick.out == Path("/tmp/x")
     assert quick.methods == QUICK_METHODS
     assert quick.lengths == (1024,) and quick.depths == (0.0, 0.25, 0.5, 0.75, 1.0)
-    assert quick.max_new_tokens == 16 and quick.recontext_options() == {}
+    assert quick.max_new_tokens == 16 and quick.recontext_options() == {} and not quick.steady_memory
+    assert _parse("--quick", "--steady-memory").steady_memory
     full = _parse("--lengths", "1k,4096", "--methods", "vanilla,recontext-r3", "--unit", "token")
     assert full.lengths == (1024, 4096) and full.methods == ("vanilla", "recontext-r3")
-    assert full.recontext_options() == {"unit": "token"}
+    assert full.recontext_options() == {"unit": "token"} and full.steady_memory
     tuned = _parse("--no-null-calibration", "--top-k", "16", "--depths", "0,1", "--helmet", "a.jsonl")
     assert tuned.recontext_options() == {"top_k": 16, "null_calibration": False}
     assert tuned.depths == (0.0, 1.0) and tuned.helmet == ("a.jsonl",)
