@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -31,7 +32,20 @@ class _Request:
     config: ReplayConfig
     cache: Any
     timings: dict[str, float] = field(default_factory=dict)
-    _question_scores: torch.Tensor | None = None
+
+    @cached_property
+    def sentence_texts(self) -> list[str]:
+        documents = self.prefix.documents
+        return [documents[s.doc_index][s.start : s.end] for s in self.prefix.sentences]
+
+    @cached_property
+    def sentence_key(self) -> dict[tuple[int, int, int], int]:
+        """Sentence id by ``(doc_index, start, end)``."""
+        return {(s.doc_index, s.start, s.end): i for i, s in enumerate(self.prefix.sentences)}
+
+    @cached_property
+    def question_scores(self) -> torch.Tensor:
+        return bm25_scores(self.question, self.sentence_texts)
 
     def lexical(self, evidence: Sequence[Evidence] = ()) -> torch.Tensor | None:
         """BM25 scores of the sentences when the hybrid selection asks for them.
@@ -42,22 +56,11 @@ class _Request:
         """
         if self.config.unit != "sentence" or self.config.lexical_weight <= 0:
             return None
-        documents = self.prefix.documents
-        texts = [documents[s.doc_index][s.start : s.end] for s in self.prefix.sentences]
-        if self._question_scores is None:
-            self._question_scores = bm25_scores(self.question, texts)
-        key = self.sentence_key()
-        related = [
-            e.text
-            for e in evidence
-            if self._question_scores[key[(e.doc_index, e.char_start, e.char_end)]] > 0
-        ]
+        key, scores = self.sentence_key, self.question_scores
+        related = [e.text for e in evidence if scores[key[(e.doc_index, e.char_start, e.char_end)]] > 0]
         if not related:
-            return self._question_scores
-        return bm25_scores(" ".join([self.question, *related]), texts)
-
-    def sentence_key(self) -> dict[tuple[int, int, int], int]:
-        return {(s.doc_index, s.start, s.end): i for i, s in enumerate(self.prefix.sentences)}
+            return scores
+        return bm25_scores(" ".join([self.question, *related]), self.sentence_texts)
 
 
 class ReplayStream:
@@ -324,7 +327,7 @@ class ReContextEngine:
     def _scores(self, request: _Request, question: str, evidence: list[Evidence]) -> tuple:
         """Scores of candidate positions for one read pass, and the sentence id of each candidate."""
         config, prefix = request.config, request.prefix
-        suffix = self.prompts.suffix(prefix, question, evidence, config, request.sentence_key())
+        suffix = self.prompts.suffix(prefix, question, evidence, config, request.sentence_key)
         rows = self.backend.read(request.cache, len(prefix.ids), suffix.ids, self.heads, config.cue_window)
         n = len(prefix.ids)
         if config.candidates == "context":

@@ -525,8 +525,7 @@ def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         settings = settings_from_args(args)
-        settings.validate()
-        summary = run_bench(settings)
+        summary = run_bench(settings)  # validates the settings before any model loads
     except (ValueError, ImportError, OSError) as exc:
         print(f"recontext bench: {exc}", file=sys.stderr)
         return 2
