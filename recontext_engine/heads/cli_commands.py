@@ -49,7 +49,7 @@ def _help(settings: Any, name: str) -> str:
     spec = next(f for f in fields(settings) if f.name == name)
     default = getattr(settings, name)
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    return f"{spec.metadata['help']} (default: {shown})"
+    return f"{spec.metadata['help'].rstrip('.')} (default: {shown})"
 
 
 def _add_model_and_case_arguments(parser: argparse.ArgumentParser) -> None:

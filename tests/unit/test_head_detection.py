@@ -299,10 +299,37 @@ def test_top_heads_of_a_score_matrix():
     assert top_heads([[0.1, 0.9, -1.0], [0.5, 0.2, 0.7]], 3).heads == ((0, 1), (1, 2), (1, 0))
 
 
+def test_flags_become_detect_settings_and_replay_config():
+    from recontext_engine.heads.cli_commands import _detect_settings, _replay_config, add_detect_arguments
+
+    argv = ["--cases", "6", "--lengths", "120,200", "--families", "prose", "--num-heads", "3"]
+    args = _parse(add_detect_arguments, [*argv, "--scorer", "mean", "--decay", "0.5", "--selection", "top"])
+    assert _detect_settings(args) == DetectSettings(
+        num_heads=3, num_cases=6, lengths=(120, 200), families=("prose",), selection="top"
+    )
+    assert _replay_config(args) == ReplayConfig(scorer="mean", decay=0.5)
+    assert _detect_settings(_parse(add_detect_arguments, [])) == DetectSettings()
+
+
+def test_bad_settings_are_one_line_before_any_model_loads(tmp_path, capsys):
+    from recontext_engine.heads.cli_commands import add_detect_arguments, detect_main
+
+    args = _parse(add_detect_arguments, ["--model", str(tmp_path / "missing"), "--num-heads", "0"])
+    assert detect_main(args) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "recontext heads detect: num_heads must be at least 1, got 0"
+    ]
+
+
 def test_bad_arguments_are_refused_by_the_parser(capsys):
     from recontext_engine.heads.cli_commands import add_detect_arguments
 
-    for argv in (["--lengths", "300,abc"], ["--families", "poetry"], ["--objective", "vibes"]):
+    for argv in (
+        ["--lengths", "300,abc"],
+        ["--families", "poetry"],
+        ["--objective", "vibes"],
+        ["--scorer", "max"],
+    ):
         with pytest.raises(SystemExit):
             _parse(add_detect_arguments, argv)
 
