@@ -93,11 +93,11 @@ def _add_heads(commands) -> None:
 
 
 def _add_bench(commands) -> None:
-    from .bench import run
+    from .bench import cli as bench_cli
 
     bench = commands.add_parser("bench", help="ReContext vs vanilla and text-only replay, side by side")
-    run.add_arguments(bench)
-    bench.set_defaults(run=run.main)
+    bench_cli.add_arguments(bench)
+    bench.set_defaults(run=bench_cli.main)
 
 
 def build_parser() -> argparse.ArgumentParser:

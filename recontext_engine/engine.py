@@ -19,7 +19,7 @@ from .heads.registry import HeadsArg, resolve_heads
 from .lexical import bm25_scores
 from .prompt import NULL_QUESTION, Prefix, PromptBuilder
 from .results import Evidence, ReplayResult, Usage
-from .scoring import CueRecurrenceScorer, Scorer
+from .scoring import Scorer, scorer_for
 from .spans import check_text, document_sentences, normalize_documents
 
 
@@ -334,7 +334,7 @@ class ReContextEngine:
             rows, token_sentence = rows[..., :n], prefix.token_sentence
         else:
             token_sentence = torch.cat([prefix.token_sentence, suffix.token_sentence])
-        scorer = self.scorer or CueRecurrenceScorer(config.decay)
+        scorer = self.scorer or scorer_for(config)  # a scorer given to the engine overrides config.scorer
         return scorer.score(rows), token_sentence
 
     def _select(self, request: _Request) -> list[Evidence]:

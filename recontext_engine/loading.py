@@ -49,7 +49,7 @@ def embedded_gguf() -> Path:
     return path
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
     """Size plus a hash of the first and last MiB: cheap and enough to tell GGUF files apart."""
     size = path.stat().st_size
     digest = hashlib.sha256(str(size).encode())
@@ -62,7 +62,7 @@ def _file_digest(path: Path) -> str:
 
 def convert_gguf(path: Path) -> Path:
     """Dequantize a GGUF file to a transformers folder once; later calls return the cached folder."""
-    target = cache_root() / "models" / f"{path.stem}-{_file_digest(path)}"
+    target = cache_root() / "models" / f"{path.stem}-{file_digest(path)}"
     if (target / "config.json").is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer

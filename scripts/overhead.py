@@ -12,7 +12,7 @@ import statistics
 import time
 
 from recontext_engine import ReContextEngine, ReplayConfig
-from recontext_engine.bench.run import PeakMemory, steady_allocator
+from recontext_engine.bench.measure import PeakMemory, steady_allocator
 
 WORDS = ("harbour", "ferry", "lantern", "orchard", "quarry", "violin", "meadow", "archive", "signal", "canal")
 

@@ -4,9 +4,11 @@ Run it with ``recontext bench [--quick] [--out DIR]`` or ``python -m recontext_e
 Nothing heavy is imported here; the engine, bm25s, sentence-transformers and matplotlib load on use.
 """
 
+from .cli import add_arguments, main
 from .methods import METHODS, Method, MethodContext, get_method, register_method
 from .metrics import evidence_recall, exact_match, normalize_answer, substring_match
-from .run import BenchSettings, add_arguments, main, run_bench
+from .runner import run_bench
+from .settings import BenchSettings
 from .tasks import DEFAULT_TASKS, TASKS, BenchCase, GoldSpan, generate_case, generate_cases
 
 __all__ = [

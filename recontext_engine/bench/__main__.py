@@ -1,5 +1,5 @@
 """``python -m recontext_engine.bench [--quick] [--out DIR]``."""
 
-from .run import cli
+from .cli import cli
 
 raise SystemExit(cli())

@@ -44,6 +44,7 @@ the facts, and uses varied determiners so that no single token (such as " the") 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from collections.abc import Callable, Sequence
@@ -612,22 +613,12 @@ def generate_cases(
     per_cell: int = 1,
 ) -> list[BenchCase]:
     """The grid task x length x depth (x ``per_cell`` repeats); layouts alternate along the grid."""
+    make_case = functools.partial(generate_case, count_tokens=count_tokens, seed=seed, max_tokens=max_tokens)
     cases = []
     for task in tasks:
         for length in lengths:
             for d_index, depth in enumerate(depths):
                 for rep in range(per_cell):
                     layout = layouts[(d_index + rep) % len(layouts)]
-                    cases.append(
-                        generate_case(
-                            task,
-                            length=length,
-                            depth=depth,
-                            count_tokens=count_tokens,
-                            layout=layout,
-                            seed=seed,
-                            index=rep,
-                            max_tokens=max_tokens,
-                        )
-                    )
+                    cases.append(make_case(task, length=length, depth=depth, layout=layout, index=rep))
     return cases

@@ -181,22 +181,28 @@ def _multikey(rng: random.Random) -> _Facts:
     return _Facts([facts[0]], facts[1:], question.format(k=keys[0]), values[0])
 
 
+# Two-hop chains: a link "a -> b", then b's attribute; the question asks for a's attribute.
+_CHAINS = (
+    ("{a} is married to {b}.", "{b} was born in {v}.", "In which city was the spouse of {a} born?", CITIES),
+    (
+        "The manager of {a} is {b}.",
+        "{b} leads the {v} department.",
+        "Which department does the manager of {a} lead?",
+        DEPARTMENTS,
+    ),
+)
+
+
 def _two_hop(rng: random.Random) -> _Facts:
     kind = rng.randrange(3)
-    if kind == 0:
+    if kind < len(_CHAINS):
+        link, attribute, question, values = _CHAINS[kind]
         a, b, *others = rng.sample(NAMES, 8)
-        city = rng.choice(CITIES)
-        gold = [f"{a} is married to {b}.", f"{b} was born in {city}."]
-        distractors = [f"{others[i]} is married to {others[i + 1]}." for i in range(0, 4, 2)]
-        distractors += [f"{p} was born in {rng.choice(CITIES)}." for p in others[1:5]]
-        return _Facts(gold, distractors, f"In which city was the spouse of {a} born?", city)
-    if kind == 1:
-        a, b, *others = rng.sample(NAMES, 8)
-        dept = rng.choice(DEPARTMENTS)
-        gold = [f"The manager of {a} is {b}.", f"{b} leads the {dept} department."]
-        distractors = [f"The manager of {others[i]} is {others[i + 1]}." for i in range(0, 4, 2)]
-        distractors += [f"{p} leads the {rng.choice(DEPARTMENTS)} department." for p in others[1:5]]
-        return _Facts(gold, distractors, f"Which department does the manager of {a} lead?", dept)
+        value = rng.choice(values)
+        gold = [link.format(a=a, b=b), attribute.format(b=b, v=value)]
+        distractors = [link.format(a=others[i], b=others[i + 1]) for i in range(0, 4, 2)]
+        distractors += [attribute.format(b=p, v=rng.choice(values)) for p in others[1:5]]
+        return _Facts(gold, distractors, question.format(a=a), value)
     objects = rng.sample(OBJECTS, 5)
     boxes = [_number(rng, 3) for _ in objects]
     rooms = [rng.choice(ROOMS) for _ in objects]

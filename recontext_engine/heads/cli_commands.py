@@ -1,7 +1,8 @@
 """``recontext heads detect`` and ``recontext heads eval``: argument sets and entry points.
 
-The main CLI wires these in; ``python -m recontext_engine.heads.detect`` and
-``python -m recontext_engine.heads.evaluate`` run them on their own.
+The main CLI (:mod:`recontext_engine.cli`) wires these in. Defaults and help texts come from
+:class:`~.detect.DetectSettings` and :class:`~recontext_engine.ReplayConfig`; the ``--scorer``
+choices from the scorer registry.
 """
 
 from __future__ import annotations
@@ -9,15 +10,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..config import ReplayConfig
 from ..errors import ReContextError
-from .calibration import DEFAULT_LENGTHS, FAMILIES
-from .headset import HeadSet
-
-if TYPE_CHECKING:
-    from .evaluate import EvaluationReport
+from ..scoring import SCORERS
+from .calibration import FAMILIES
+from .detect import DetectSettings, detect
+from .evaluate import EvaluationReport, evaluate_heads
+from .headset import HeadSet, model_fingerprint
+from .metrics import OBJECTIVES
+from .registry import bundled_head_sets, cache_path, resolve_heads
+from .selection import SELECTIONS
 
 
 def _int_list(text: str) -> list[int]:
@@ -38,72 +44,83 @@ def _family_list(text: str) -> list[str]:
     return names
 
 
-def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+def _help(settings: Any, name: str) -> str:
+    """A settings field's help text, with its default."""
+    spec = next(f for f in fields(settings) if f.name == name)
+    default = getattr(settings, name)
+    shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+    return f"{spec.metadata['help'].rstrip('.')} (default: {shown})"
+
+
+def _add_model_and_case_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments both commands take: which model, and which calibration cases."""
+    defaults = DetectSettings()
     group = parser.add_argument_group("model")
     group.add_argument("--model", default=None, help="hub id, local folder or .gguf file (default: embedded)")
     group.add_argument("--gguf-file", default=None, help="GGUF file inside the --model folder")
     group.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
     group.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     group.add_argument("--dtype", default=None, help="torch dtype name (default: float32 on CPU)")
-
-
-def _add_case_arguments(parser: argparse.ArgumentParser, cases: int) -> None:
     group = parser.add_argument_group("calibration cases")
-    group.add_argument("--cases", type=int, default=cases, help=f"number of cases (default: {cases})")
-    group.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
+    group.add_argument("--cases", type=int, default=defaults.num_cases, help=_help(defaults, "num_cases"))
+    group.add_argument("--seed", type=int, default=defaults.seed, help=_help(defaults, "seed"))
     group.add_argument(
-        "--lengths",
-        type=_int_list,
-        default=list(DEFAULT_LENGTHS),
-        help="context lengths in tokens, comma-separated (default: %(default)s)",
+        "--lengths", type=_int_list, default=list(defaults.lengths), help=_help(defaults, "lengths")
     )
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def add_detect_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``recontext heads detect``."""
-    _add_model_arguments(parser)
-    _add_case_arguments(parser, 36)
+    defaults, replay = DetectSettings(), ReplayConfig()
+    _add_model_and_case_arguments(parser)
     parser.add_argument(
-        "--families",
-        type=_family_list,
-        default=list(FAMILIES),
-        help="task families, comma-separated (default: all: %(default)s)",
+        "--families", type=_family_list, default=list(defaults.families), help=_help(defaults, "families")
     )
     parser.add_argument(
         "--out", default=None, help="output JSON (default: the user cache, where heads='auto' finds it)"
     )
-    parser.add_argument("--num-heads", type=int, default=16, help="heads to keep (default: 16)")
-    parser.add_argument("--cue-window", type=int, default=8, help="cue tokens w (default: 8)")
-    parser.add_argument("--decay", type=float, default=0.75, help="cue recurrence lambda (default: 0.75)")
     parser.add_argument(
-        "--scorer", choices=("cue_recurrence", "mean"), default="cue_recurrence", help="cue scoring per head"
+        "--num-heads", type=int, default=defaults.num_heads, help=_help(defaults, "num_heads")
+    )
+    parser.add_argument("--cue-window", type=int, default=replay.cue_window, help=_help(replay, "cue_window"))
+    parser.add_argument("--decay", type=float, default=replay.decay, help=_help(replay, "decay"))
+    parser.add_argument(
+        "--scorer", choices=tuple(SCORERS), default=replay.scorer, help=_help(replay, "scorer")
     )
     parser.add_argument(
-        "--objective",
-        choices=("zscore", "mass", "mrr", "recall"),
-        default="zscore",
-        help="per-head ranking: standardized calibrated gold score (default), calibrated gold mass "
-        "(QRHead), gold MRR or gold recall",
+        "--objective", choices=OBJECTIVES, default=defaults.objective, help=_help(defaults, "objective")
     )
     parser.add_argument(
-        "--selection",
-        choices=("greedy", "top"),
-        default="greedy",
-        help="grow the set whose head average ranks the gold best (default) or keep the top heads",
+        "--selection", choices=SELECTIONS, default=defaults.selection, help=_help(defaults, "selection")
     )
     parser.add_argument("--eval", action="store_true", help="also evaluate the set on held-out cases")
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``recontext heads eval``."""
-    _add_model_arguments(parser)
-    _add_case_arguments(parser, 36)
+    _add_model_and_case_arguments(parser)
     parser.add_argument(
         "--heads", default="auto", help="head set JSON to evaluate (default: the bundled or cached set)"
     )
     parser.add_argument("--draws", type=int, default=20, help="random head sets averaged (default: 20)")
     parser.add_argument("--json", dest="json_out", default=None, help="also write the report as JSON here")
+
+
+def _detect_settings(args: argparse.Namespace) -> DetectSettings:
+    """The detection settings the flags give (flags are named after fields; ``--cases`` is ``num_cases``)."""
+    return DetectSettings(
+        **{
+            f.name: getattr(args, "cases" if f.name == "num_cases" else f.name)
+            for f in fields(DetectSettings)
+        }
+    )
+
+
+def _replay_config(args: argparse.Namespace) -> ReplayConfig:
+    """The engine settings the command line gives (``heads eval`` gives none: the defaults)."""
+    names = ("cue_window", "decay", "scorer")
+    return ReplayConfig().with_options(**{name: getattr(args, name) for name in names if hasattr(args, name)})
 
 
 def top_heads(score_matrix: list[list[float]], count: int) -> HeadSet:
@@ -130,11 +147,6 @@ def _load(args: argparse.Namespace) -> Any:
 
 
 def _evaluate(runtime: Any, head_set: HeadSet, args: argparse.Namespace) -> EvaluationReport:
-    from ..config import ReplayConfig
-    from .evaluate import evaluate_heads
-    from .headset import model_fingerprint
-    from .registry import bundled_head_sets
-
     fingerprint = model_fingerprint(runtime.config)
     others = {
         f"bundled: {hs.model}": hs
@@ -147,7 +159,6 @@ def _evaluate(runtime: Any, head_set: HeadSet, args: argparse.Namespace) -> Eval
         top = top_heads(matrix, len(head_set.heads))
         if top.heads != head_set.heads:
             others[f"top {len(top.heads)} by per-head score (no greedy)"] = top
-    config = ReplayConfig(cue_window=getattr(args, "cue_window", 8), decay=getattr(args, "decay", 0.75))
     report = evaluate_heads(
         runtime.readout,
         runtime.tokenizer,
@@ -157,7 +168,7 @@ def _evaluate(runtime: Any, head_set: HeadSet, args: argparse.Namespace) -> Eval
         seed=args.seed,
         lengths=args.lengths,
         draws=getattr(args, "draws", 20),
-        config=config,
+        config=_replay_config(args),
         progress=not args.no_progress,
     )
     print(report.summary())
@@ -170,27 +181,16 @@ def _evaluate(runtime: Any, head_set: HeadSet, args: argparse.Namespace) -> Eval
 
 def detect_main(args: argparse.Namespace) -> int:
     """Run ``recontext heads detect``; 0 on success, 2 with one line on stderr on bad input."""
-    from ..config import ReplayConfig
-    from .detect import detect
-    from .registry import cache_path
-
     try:
-        config = ReplayConfig(cue_window=args.cue_window, decay=args.decay)
+        settings, config = _detect_settings(args), _replay_config(args)  # bad values fail before loading
         runtime = _load(args)
         report = detect(
             runtime.readout,
             runtime.tokenizer,
+            settings=settings,
+            config=config,
             model_name=runtime.name,
             model_source=runtime.source,
-            num_heads=args.num_heads,
-            num_cases=args.cases,
-            seed=args.seed,
-            lengths=args.lengths,
-            families=args.families,
-            config=config,
-            scorer=args.scorer,
-            objective=args.objective,
-            selection=args.selection,
             progress=not args.no_progress,
         )
         out = Path(args.out) if args.out else cache_path(runtime.config)
@@ -229,8 +229,6 @@ def detect_main(args: argparse.Namespace) -> int:
 
 def eval_main(args: argparse.Namespace) -> int:
     """Run ``recontext heads eval``; prints the comparison table in Markdown."""
-    from .registry import resolve_heads
-
     try:
         runtime = _load(args)
         head_set = resolve_heads(args.heads, runtime.config)

@@ -17,9 +17,11 @@ from typing import Any
 import torch
 
 from ..config import ReplayConfig
-from .calibration import DEFAULT_LENGTHS, FAMILIES, make_cases
-from .detect import POOL_SIZES, CaseReadout, mean_metrics, model_config, read_cases
+from ..scoring import Scorer, scorer_for
+from .calibration import DEFAULT_LENGTHS, FAMILIES
 from .headset import HeadSet, model_shape
+from .metrics import POOL_SIZES, mean_metrics
+from .readouts import CaseReadout, calibration_cases, model_config, read_cases
 
 # Relative depth of the paper's published sets: Qwen3-4B/8B use layers 17-24 of 36, Llama3-8B
 # layers 13-19 of 32. "Paper-style" for a model without a published set = the heads in that band.
@@ -94,12 +96,12 @@ def random_row(
     draws: int = 20,
     seed: int = 0,
     pool_sizes: Sequence[int] = POOL_SIZES,
-    decay: float = 0.75,
+    scorer: Scorer | None = None,
 ) -> EvalRow:
     """Mean over ``draws`` random sets of ``count`` heads (out of ``total``)."""
     rng = random.Random(seed)
     rows = [
-        _row("", readouts, torch.tensor(rng.sample(range(total), count)), pool_sizes, decay=decay)
+        _row("", readouts, torch.tensor(rng.sample(range(total), count)), pool_sizes, scorer=scorer)
         for _ in range(draws)
     ]
     recall = {k: sum(r.recall[k] for r in rows) / draws for k in pool_sizes}
@@ -117,9 +119,12 @@ def compare_head_sets(
     draws: int = 20,
     seed: int = 0,
     pool_sizes: Sequence[int] = POOL_SIZES,
-    decay: float = 0.75,
+    scorer: Scorer | None = None,
 ) -> tuple[list[EvalRow], dict[str, dict[str, float]]]:
-    """Rows for ``head_set`` and the baselines, over readouts of *all* heads; and per-family recall."""
+    """Rows for ``head_set`` and the baselines, over readouts of *all* heads; and per-family recall.
+
+    ``scorer`` reduces the cue (default: the cue recurrence with lambda 0.75).
+    """
     num_layers, num_heads = model_shape(config)
     total = num_layers * num_heads
 
@@ -131,18 +136,18 @@ def compare_head_sets(
     detected = index(head_set)
     name = head_set.model or "given"
     rows = [
-        _row(f"detected ({name})", readouts, detected, ks, decay=decay),
-        _row("detected, no null calibration", readouts, detected, ks, decay=decay, calibrate=False),
+        _row(f"detected ({name})", readouts, detected, ks, scorer=scorer),
+        _row("detected, no null calibration", readouts, detected, ks, scorer=scorer, calibrate=False),
     ]
     for other_name, other in (others or {}).items():
-        rows.append(_row(other_name, readouts, index(other), ks, decay=decay))
+        rows.append(_row(other_name, readouts, index(other), ks, scorer=scorer))
     low = round(PAPER_DEPTH[0] * num_layers)
     high = max(low, round(PAPER_DEPTH[1] * num_layers) - 1)
     band = torch.arange(low * num_heads, (high + 1) * num_heads)
-    rows.append(_row(f"paper depth band (layers {low}-{high}, averaged)", readouts, band, ks, decay=decay))
-    rows.append(_row("all heads averaged", readouts, torch.arange(total), ks, decay=decay))
+    rows.append(_row(f"paper depth band (layers {low}-{high}, averaged)", readouts, band, ks, scorer=scorer))
+    rows.append(_row("all heads averaged", readouts, torch.arange(total), ks, scorer=scorer))
     rows.append(
-        random_row(readouts, len(detected), total, draws=draws, seed=seed, pool_sizes=ks, decay=decay)
+        random_row(readouts, len(detected), total, draws=draws, seed=seed, pool_sizes=ks, scorer=scorer)
     )
     families: dict[str, dict[str, float]] = {}
     everything = torch.arange(total)
@@ -150,8 +155,8 @@ def compare_head_sets(
         subset = [r for r in readouts if r.family == family]
         if not subset:
             continue
-        mine = mean_metrics(subset, detected, pool_sizes=ks, decay=decay)
-        base = mean_metrics(subset, everything, pool_sizes=ks, decay=decay)
+        mine = mean_metrics(subset, detected, pool_sizes=ks, scorer=scorer)
+        base = mean_metrics(subset, everything, pool_sizes=ks, scorer=scorer)
         families[family] = {
             "cases": float(len(subset)),
             **{f"detected R@{k}": float(mine[f"recall@{k}"]) for k in ks},
@@ -181,15 +186,7 @@ def evaluate_heads(
     """
     started = time.perf_counter()
     config = config or ReplayConfig()
-    window = int(getattr(readout, "window", 1 << 30))
-    fitted = sorted({min(int(n), max(64, window - 192)) for n in lengths})
-    cases = make_cases(
-        num_cases,
-        seed=seed,
-        split="eval",
-        lengths=fitted,
-        count_tokens=lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]),
-    )
+    cases = calibration_cases(readout, tokenizer, num_cases, seed=seed, split="eval", lengths=lengths)
     readouts = read_cases(readout, tokenizer, cases, config, progress=progress, desc="evaluate heads")
     read = time.perf_counter()
     rows, families = compare_head_sets(
@@ -200,7 +197,7 @@ def evaluate_heads(
         draws=draws,
         seed=seed,
         pool_sizes=pool_sizes,
-        decay=config.decay,
+        scorer=scorer_for(config),
     )
     tokens = [r.num_tokens for r in readouts]
     return EvaluationReport(
@@ -212,16 +209,3 @@ def evaluate_heads(
         (min(tokens), max(tokens)),
         {"read_passes": read - started, "total": time.perf_counter() - started},
     )
-
-
-if __name__ == "__main__":  # pragma: no cover - a thin entry point over cli_commands
-    import argparse
-    import sys
-
-    from .cli_commands import add_eval_arguments, eval_main
-
-    parser = argparse.ArgumentParser(
-        prog="python -m recontext_engine.heads.evaluate", description=__doc__.splitlines()[0]
-    )
-    add_eval_arguments(parser)
-    sys.exit(eval_main(parser.parse_args()))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from recontext_engine import ReplayConfig
+from recontext_engine.bench.cli import add_arguments, settings_from_args
 from recontext_engine.bench.methods import (
     FULL_METHODS,
     METHODS,
@@ -16,7 +17,8 @@ from recontext_engine.bench.methods import (
     MethodContext,
     recontext_config,
 )
-from recontext_engine.bench.run import BenchSettings, add_arguments, run_bench, settings_from_args
+from recontext_engine.bench.runner import run_bench
+from recontext_engine.bench.settings import BenchSettings
 from recontext_engine.bench.tasks import BenchCase
 
 
@@ -61,7 +63,7 @@ def test_each_round_gets_its_share_of_the_evidence_budget() -> None:
     ],
 )
 def test_bad_settings_fail_before_loading_a_model(argv: list[str], message: str, capsys) -> None:
-    from recontext_engine.bench.run import cli
+    from recontext_engine.bench.cli import cli
 
     assert cli(argv) == 2
     err = capsys.readouterr().err
@@ -115,18 +117,15 @@ def test_tiny_bench_run_writes_the_report(engine, tmp_path: Path) -> None:
 
 @pytest.mark.model
 def test_helmet_rows_run_through_the_same_harness(engine, tmp_path: Path) -> None:
+    passages = [
+        ("Mills", "Brackwater had three mills. They closed long ago.", False),
+        ("Brackwater", "The Ellis River flows through Brackwater.", True),
+    ]
     row = {
         "id": "q1",
         "question": "Which river flows through the town of Brackwater?",
         "answers": ["Ellis River", "Ellis"],
-        "ctxs": [
-            {
-                "title": "Mills",
-                "text": "Brackwater had three mills. They closed long ago.",
-                "has_answer": False,
-            },
-            {"title": "Brackwater", "text": "The Ellis River flows through Brackwater.", "has_answer": True},
-        ],
+        "ctxs": [{"title": t, "text": text, "has_answer": gold} for t, text, gold in passages],
     }
     path = tmp_path / "kilt_tiny.jsonl"
     path.write_text(json.dumps(row) + "\n")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from recontext_engine import Evidence
+from recontext_engine.bench.measure import PeakMemory
 from recontext_engine.bench.metrics import (
     evidence_precision,
     evidence_recall,
@@ -17,7 +18,7 @@ from recontext_engine.bench.metrics import (
     summarize,
 )
 from recontext_engine.bench.report import evaluate_targets, overall_table, pivot_table, write_report
-from recontext_engine.bench.run import PeakMemory, _spread, _with_ratios
+from recontext_engine.bench.runner import _spread, _with_ratios
 from recontext_engine.bench.tasks import BenchCase, GoldSpan
 
 

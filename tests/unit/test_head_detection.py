@@ -1,113 +1,35 @@
 """Head detection on a tiny Llama whose head (1, 2) is made retrieval-like by construction.
 
-The planted head matches tokens by identity: its query and key projections read the same
-"code" dimensions of the token embeddings, and rotary position is switched off, so a cue token
-(the question's key word, e.g. a name) attends to the same word in the context: the gold fact.
-Every other head keeps its random weights.
+See :mod:`tests.planted` for how the head is planted.
 """
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 import transformers
-from tokenizers import Tokenizer, models, pre_tokenizers
 
 from recontext_engine import HeadSet, HeadSetError, ReplayConfig
 from recontext_engine.controller import select_sentences
-from recontext_engine.heads import calibration
 from recontext_engine.heads.calibration import FAMILIES, make_cases
-from recontext_engine.heads.detect import (
-    CaseReadout,
-    cue_scores,
-    detect,
-    detect_heads,
-    gold_metrics,
-    gold_sentence_ids,
-    mean_metrics,
-    sentence_scores,
-)
+from recontext_engine.heads.detect import DetectSettings, detect, detect_heads
 from recontext_engine.heads.evaluate import compare_head_sets
 from recontext_engine.heads.headset import model_fingerprint
+from recontext_engine.heads.metrics import gold_metrics, mean_metrics, sentence_scores
+from recontext_engine.heads.readouts import CaseReadout, gold_sentence_ids, read_cases
 from recontext_engine.readout.transformers import TransformersBackend
-from recontext_engine.scoring import CueRecurrenceScorer
+from recontext_engine.scoring import SCORERS, CueRecurrenceScorer
 from recontext_engine.spans import document_sentences
+from tests.planted import HEADS, PLANTED, planted_model, word_tokenizer
 
-PLANTED = (1, 2)
-HIDDEN, HEADS, CODE = 256, 4, 64
 # The question's key word sits among the last tokens of the prompt with this layout.
 PROMPT = ReplayConfig(question_template="Question: {question}", cue_window=10)
 FAMILIES_WITH_KEY_AT_END = ("attribute", "multikey", "two_hop", "prose")
 
 
-def _vocabulary() -> list[str]:
-    """Every word the generator can emit (numbers are split into digits by the pre-tokenizer)."""
-    # Public names only: dunders such as __file__ would make the vocabulary (and so the random
-    # weights) depend on where the checkout lives.
-    public = [value for name, value in vars(calibration).items() if not name.startswith("_")]
-    texts = [str(v) for v in public if isinstance(v, str)]
-    for value in public:
-        if isinstance(value, tuple):
-            texts += [str(v) for v in value]
-    for case in make_cases(60, seed=123):
-        texts += [*case.documents, case.question]
-    texts += ["Context", "Question", "Answer", "N/A", "Key sentences quoted"]
-    words = {w for text in texts for w in re.findall(r"\w+|[^\w\s]+", text)}
-    return sorted(words | set("0123456789"))
-
-
-def word_tokenizer() -> transformers.PreTrainedTokenizerFast:
-    """A word-level tokenizer over the generator's vocabulary (digits one by one), no chat template."""
-    vocab = {"[UNK]": 0, "<s>": 1, "</s>": 2}
-    for word in _vocabulary():
-        vocab.setdefault(word, len(vocab))
-    raw = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    raw.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=True)]
-    )
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=raw, unk_token="[UNK]", bos_token="<s>", eos_token="</s>"
-    )
-
-
 @pytest.fixture(scope="module")
 def tokenizer() -> transformers.PreTrainedTokenizerFast:
     return word_tokenizer()
-
-
-def planted_model(vocab_size: int) -> transformers.LlamaForCausalLM:
-    """A 2-layer, 4-head Llama, no rotary position, head (1, 2) an identity-matching retriever."""
-    config = transformers.LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=HIDDEN,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=HEADS,
-        num_key_value_heads=HEADS,
-        max_position_embeddings=2048,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config)
-    head_dim = HIDDEN // HEADS
-    layer, head = PLANTED
-    with torch.no_grad():
-        # Token codes live in the first CODE hidden dims, the rest is noise.
-        codes = torch.nn.functional.normalize(torch.randn(vocab_size, CODE), dim=-1) * 8.0
-        model.model.embed_tokens.weight.copy_(torch.cat([codes, torch.randn(vocab_size, HIDDEN - CODE)], -1))
-        for name, param in model.named_parameters():
-            if name.endswith(("q_proj.weight", "k_proj.weight")):
-                param.mul_(4.0)  # random heads attend unevenly too, not uniformly
-        attention = model.model.layers[layer].self_attn
-        rows = slice(head * head_dim, (head + 1) * head_dim)
-        for proj in (attention.q_proj, attention.k_proj):
-            proj.weight[rows] = 0.0
-            proj.weight[rows, :CODE] = 2.0 * torch.eye(CODE)
-        model.model.rotary_emb.inv_freq.zero_()  # no position: attention by content only
-    return model.eval()
 
 
 @pytest.fixture(scope="module")
@@ -127,17 +49,10 @@ def _cases(tokenizer, count: int, seed: int = 0, split: str = "detect"):
 
 
 def test_detection_ranks_the_planted_head_first(backend, tokenizer):
-    report = detect(
-        backend,
-        tokenizer,
-        model_name="tiny-planted",
-        num_heads=3,
-        num_cases=12,
-        lengths=(150, 300),
-        families=FAMILIES_WITH_KEY_AT_END,
-        config=PROMPT,
-        progress=False,
+    settings = DetectSettings(
+        num_heads=3, num_cases=12, lengths=(150, 300), families=FAMILIES_WITH_KEY_AT_END
     )
+    report = detect(backend, tokenizer, settings, config=PROMPT, model_name="tiny-planted", progress=False)
     head_set = report.head_set
     assert head_set.heads[0] == PLANTED
     planted = PLANTED[0] * HEADS + PLANTED[1]
@@ -152,15 +67,9 @@ def test_detection_ranks_the_planted_head_first(backend, tokenizer):
 
 @pytest.mark.parametrize(("objective", "selection"), [("mass", "top"), ("mrr", "greedy"), ("recall", "top")])
 def test_other_objectives_and_selections_find_it_too(backend, tokenizer, objective, selection):
+    settings = DetectSettings(num_heads=2, objective=objective, selection=selection)
     head_set = detect_heads(
-        backend,
-        tokenizer,
-        num_heads=2,
-        cases=_cases(tokenizer, 8),
-        config=PROMPT,
-        objective=objective,
-        selection=selection,
-        progress=False,
+        backend, tokenizer, settings, cases=_cases(tokenizer, 8), config=PROMPT, progress=False
     )
     assert head_set.heads[0] == PLANTED
 
@@ -169,14 +78,10 @@ def test_detected_set_round_trips_with_its_provenance(backend, tokenizer, tmp_pa
     head_set = detect_heads(
         backend,
         tokenizer,
+        DetectSettings(num_heads=4, num_cases=6, seed=7, lengths=(150,), selection="top"),
+        config=PROMPT,
         model_name="tiny-planted",
         model_source=str(tmp_path),
-        num_heads=4,
-        num_cases=6,
-        seed=7,
-        lengths=(150,),
-        config=PROMPT,
-        selection="top",
         progress=False,
     )
     path = tmp_path / "heads.json"
@@ -200,12 +105,38 @@ def test_detected_set_round_trips_with_its_provenance(backend, tokenizer, tmp_pa
 
 def test_too_many_heads_is_a_clear_error(backend, tokenizer):
     with pytest.raises(HeadSetError, match="between 1 and 8"):
-        detect_heads(backend, tokenizer, num_heads=9, cases=_cases(tokenizer, 1), progress=False)
+        detect_heads(
+            backend, tokenizer, DetectSettings(num_heads=9), cases=_cases(tokenizer, 1), progress=False
+        )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"num_heads": 0}, "num_heads must be at least 1"),
+        ({"num_cases": 0}, "num_cases must be at least 1"),
+        ({"lengths": ()}, "lengths must be positive"),
+        ({"lengths": (300, -5)}, "lengths must be positive"),
+        ({"families": ("attribute", "poetry")}, r"unknown families \['poetry'\]"),
+        ({"objective": "vibes"}, "unknown objective 'vibes'"),
+        ({"selection": "random"}, "unknown selection 'random'"),
+    ],
+)
+def test_bad_detect_settings_are_one_clear_error(changes, message):
+    with pytest.raises(HeadSetError, match=message):
+        DetectSettings(**changes)
+
+
+def test_detect_settings_keep_tuples_and_document_every_field():
+    from dataclasses import fields
+
+    settings = DetectSettings(lengths=[300, 600], families=["prose"])
+    assert settings.lengths == (300, 600) and settings.families == ("prose",)
+    assert hash(settings) == hash(DetectSettings(lengths=(300, 600), families=("prose",)))
+    assert all(f.metadata.get("help") for f in fields(DetectSettings))
 
 
 def test_evaluation_shows_the_planted_head_beats_all_heads_and_random(backend, tokenizer):
-    from recontext_engine.heads.detect import read_cases
-
     readouts = read_cases(backend, tokenizer, _cases(tokenizer, 16, split="eval"), PROMPT, progress=False)
     rows, families = compare_head_sets(readouts, HeadSet((PLANTED,)), backend.model.config, draws=10)
     by_name = {row.name.split(" (")[0]: row for row in rows}
@@ -221,23 +152,34 @@ def test_evaluation_shows_the_planted_head_beats_all_heads_and_random(backend, t
 # -- scoring pieces ----------------------------------------------------------------------------
 
 
-def test_sentence_sums_reproduce_the_engine_recurrence_exactly():
+@pytest.mark.parametrize("name", sorted(SCORERS))
+def test_sentence_sums_reproduce_the_engine_scores_exactly(name):
+    """Detection scores sentence sums; the engine scores tokens, then sums them per sentence."""
     torch.manual_seed(1)
     heads, w, n, num_sentences = 5, 6, 40, 7
     rows = torch.softmax(torch.randn(heads, w, n + 9) * 3, dim=-1)[..., :n]  # the context part of each row
     token_sentence = torch.randint(-1, num_sentences, (n,))
     token_sentence[:num_sentences] = torch.arange(num_sentences)  # every sentence present
     chosen = torch.tensor([0, 3, 4])
-    engine_tokens = CueRecurrenceScorer(0.75).score(rows[chosen])
+    scorer = SCORERS[name].from_config(ReplayConfig(scorer=name))
+    engine_tokens = scorer.score(rows[chosen])
     engine = select_sentences(engine_tokens, token_sentence, num_sentences, "sentence")
     bucket = token_sentence.clone()
     bucket[bucket < 0] = num_sentences
     summed = torch.zeros(heads, w, num_sentences + 1).index_add_(2, bucket, rows)
     case = CaseReadout("x", torch.tensor([0]), summed, torch.zeros_like(summed), n)
-    mine = sentence_scores(case, chosen, calibrate=False)
+    mine = sentence_scores(case, chosen, scorer=scorer, calibrate=False)
+    assert len(engine) == num_sentences
     for sentence, score in engine:
         assert mine[sentence].item() == pytest.approx(score, abs=1e-5)
-    assert cue_scores(summed, "mean").shape == (heads, num_sentences + 1)
+    assert sentence_scores(case, scorer=scorer).shape == (heads, num_sentences)  # every head alone
+
+
+def test_detection_defaults_to_the_engine_scorer():
+    torch.manual_seed(2)
+    summed = torch.rand(3, 4, 6)
+    case = CaseReadout("x", torch.tensor([1]), summed, summed.flip(-1), 50)
+    torch.testing.assert_close(sentence_scores(case), sentence_scores(case, scorer=CueRecurrenceScorer(0.75)))
 
 
 def test_gold_metrics_ranks_and_recall():
@@ -357,18 +299,43 @@ def test_top_heads_of_a_score_matrix():
     assert top_heads([[0.1, 0.9, -1.0], [0.5, 0.2, 0.7]], 3).heads == ((0, 1), (1, 2), (1, 0))
 
 
+def test_flags_become_detect_settings_and_replay_config():
+    from recontext_engine.heads.cli_commands import _detect_settings, _replay_config, add_detect_arguments
+
+    argv = ["--cases", "6", "--lengths", "120,200", "--families", "prose", "--num-heads", "3"]
+    args = _parse(add_detect_arguments, [*argv, "--scorer", "mean", "--decay", "0.5", "--selection", "top"])
+    assert _detect_settings(args) == DetectSettings(
+        num_heads=3, num_cases=6, lengths=(120, 200), families=("prose",), selection="top"
+    )
+    assert _replay_config(args) == ReplayConfig(scorer="mean", decay=0.5)
+    assert _detect_settings(_parse(add_detect_arguments, [])) == DetectSettings()
+
+
+def test_bad_settings_are_one_line_before_any_model_loads(tmp_path, capsys):
+    from recontext_engine.heads.cli_commands import add_detect_arguments, detect_main
+
+    args = _parse(add_detect_arguments, ["--model", str(tmp_path / "missing"), "--num-heads", "0"])
+    assert detect_main(args) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "recontext heads detect: num_heads must be at least 1, got 0"
+    ]
+
+
 def test_bad_arguments_are_refused_by_the_parser(capsys):
     from recontext_engine.heads.cli_commands import add_detect_arguments
 
-    for argv in (["--lengths", "300,abc"], ["--families", "poetry"], ["--objective", "vibes"]):
+    for argv in (
+        ["--lengths", "300,abc"],
+        ["--families", "poetry"],
+        ["--objective", "vibes"],
+        ["--scorer", "max"],
+    ):
         with pytest.raises(SystemExit):
             _parse(add_detect_arguments, argv)
 
 
 @pytest.mark.model
 def test_bundled_set_of_the_embedded_model_beats_all_heads_and_random_on_held_out_cases(engine):
-    from recontext_engine.heads.detect import read_cases
-
     cases = make_cases(
         12, seed=5, split="eval", lengths=(600, 1000), count_tokens=lambda t: engine.count_tokens(t)
     )

@@ -11,30 +11,24 @@ from recontext_engine import HeadSet, HeadSetError
 from recontext_engine.heads.headset import model_fingerprint
 from recontext_engine.heads.registry import bundled_head_sets, lookup, resolve_heads
 
-SMOLLM2 = dict(
-    num_hidden_layers=30,
-    num_attention_heads=9,
-    num_key_value_heads=3,
-    hidden_size=576,
-    intermediate_size=1536,
-    vocab_size=49152,
-)
 
-
-def smollm2_config() -> transformers.LlamaConfig:
-    """The embedded model's geometry, without its weights."""
-    return transformers.LlamaConfig(**SMOLLM2)
-
-
-def tiny_config(layers: int = 2, heads: int = 4) -> transformers.LlamaConfig:
+def tiny_config(
+    layers: int = 2, heads: int = 4, kv_heads: int | None = None, hidden: int | None = None, vocab: int = 64
+) -> transformers.LlamaConfig:
+    """A Llama config of this attention geometry (what fingerprints hash), without weights."""
     return transformers.LlamaConfig(
         num_hidden_layers=layers,
         num_attention_heads=heads,
-        num_key_value_heads=heads,
-        hidden_size=16 * heads,
+        num_key_value_heads=kv_heads or heads,
+        hidden_size=hidden or 16 * heads,
         intermediate_size=32,
-        vocab_size=64,
+        vocab_size=vocab,
     )
+
+
+def smollm2_config() -> transformers.LlamaConfig:
+    """The embedded model's geometry (SmolLM2-135M-Instruct), without its weights."""
+    return tiny_config(layers=30, heads=9, kv_heads=3, hidden=576, vocab=49152)
 
 
 def test_json_round_trip_keeps_heads_order_and_provenance(tmp_path):

@@ -1,14 +1,155 @@
-"""The cue recurrence, sentence selection and the evidence pool."""
+"""Scorers (every registered one, and the recurrence against the paper), selection and the pool."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from recontext_engine import ReContextEngine, ReContextError, ReplayConfig
 from recontext_engine.controller import EvidencePool, select_sentences
+from recontext_engine.heads.headset import HeadSet
+from recontext_engine.readout.transformers import TransformersBackend
 from recontext_engine.results import Evidence
-from recontext_engine.scoring import CueRecurrenceScorer
+from recontext_engine.scoring import (
+    DEFAULT_SCORER,
+    SCORERS,
+    CueRecurrenceScorer,
+    MeanAttentionScorer,
+    Scorer,
+    get_scorer,
+    register_scorer,
+    scorer_for,
+)
+from tests.planted import PLANTED, planted_model, word_tokenizer
+
+# Every registered scorer, built as a config naming it builds it: the matrix the shared tests run.
+ALL_SCORERS = sorted(SCORERS)
+EXAMPLES = settings(max_examples=25, deadline=None)
+
+
+def _scorer(name: str) -> Scorer:
+    return scorer_for(ReplayConfig(scorer=name))
+
+
+@pytest.fixture(scope="module", params=ALL_SCORERS)
+def scorer(request: pytest.FixtureRequest) -> Scorer:
+    return _scorer(request.param)
+
+
+def _rows(heads: int, w: int, n: int, seed: int) -> torch.Tensor:
+    """Softmax-like cue rows: positive, each summing to at most 1 over the n candidates."""
+    logits = torch.randn(heads, w, n + 3, generator=torch.Generator().manual_seed(seed)) * 2
+    return torch.softmax(logits, dim=-1)[..., :n]
+
+
+# -- every registered scorer ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL_SCORERS)
+def test_registry_names_match_and_a_config_builds_each(name: str) -> None:
+    scorer = _scorer(name)
+    assert isinstance(scorer, SCORERS[name]) and scorer.name == name == get_scorer(name).name
+
+
+@given(st.integers(1, 4), st.integers(1, 6), st.integers(2, 12), st.integers(0, 10_000))
+@EXAMPLES
+def test_scores_are_one_finite_float_per_candidate_in_candidate_order(scorer, heads, w, n, seed) -> None:
+    rows = _rows(heads, w, n, seed)
+    got = scorer.score(rows)
+    assert got.shape == (n,) and got.dtype == torch.float32 and torch.isfinite(got).all()
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    torch.testing.assert_close(scorer.score(rows[..., perm]), got[perm])  # candidates are not mixed
+    torch.testing.assert_close(scorer.score(rows.flip(0)), got)  # the head set is averaged
+    torch.testing.assert_close(scorer.score(rows.double()), got)  # any dtype in, float32 out
+
+
+@given(st.integers(1, 5), st.integers(3, 20), st.integers(1, 6), st.integers(0, 10_000))
+@EXAMPLES
+def test_reducing_bucket_sums_equals_summing_token_scores(scorer, w, n, buckets, seed) -> None:
+    """What head detection relies on: it reduces attention already summed per sentence."""
+    attention = _rows(3, w, n, seed)  # (3, w, n): batched over a leading axis too
+    bucket = torch.randint(0, buckets, (n,), generator=torch.Generator().manual_seed(seed + 1))
+    summed = torch.zeros(3, w, buckets).index_add_(2, bucket, attention)
+    token_scores = scorer.reduce_cue(attention)  # (3, n)
+    expected = torch.zeros(3, buckets).index_add_(1, bucket, token_scores)
+    torch.testing.assert_close(scorer.reduce_cue(summed), expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def planted_engine() -> ReContextEngine:
+    tokenizer = word_tokenizer()
+    return ReContextEngine(TransformersBackend(planted_model(len(tokenizer))), tokenizer, HeadSet((PLANTED,)))
+
+
+@pytest.mark.parametrize("name", ALL_SCORERS)
+def test_the_engine_scores_with_the_scorer_the_config_names(planted_engine, name: str) -> None:
+    context = "Maria lives in Lisbon. Tom keeps a pet cat at home. Ansel plays the violin in a local band."
+    question = "Which city does Maria live in?"
+    config = ReplayConfig(scorer=name, rounds=1, top_k=2, lexical_weight=0.0, null_calibration=False)
+    by_name = planted_engine.select_evidence(context, question, config)
+    request = planted_engine._start(context, question, config)
+    scores, token_sentence = planted_engine._scores(request, question, [])
+    expected = select_sentences(scores, token_sentence, 2, "sentence")
+    assert [(e.char_start, e.score) for e in by_name] == sorted(
+        ((request.prefix.sentences[i].start, s) for i, s in expected), key=lambda item: item[0]
+    )
+    # ReContextEngine(..., scorer=...) overrides the config's name.
+    override = ReContextEngine(
+        planted_engine.backend, planted_engine.tokenizer, planted_engine.heads, scorer=_scorer(name)
+    )
+    other = next(n for n in ("cue_recurrence", "mean") if n != name)
+    assert override.select_evidence(context, question, config.with_options(scorer=other)) == by_name
+
+
+# -- the registry ----------------------------------------------------------------------------------
+
+
+def test_default_scorer_is_the_papers_recurrence() -> None:
+    assert ReplayConfig().scorer == DEFAULT_SCORER == "cue_recurrence"
+    assert scorer_for(ReplayConfig(decay=0.5)) == CueRecurrenceScorer(0.5)
+    assert scorer_for(ReplayConfig(scorer="mean")) == MeanAttentionScorer()
+
+
+def test_unknown_scorer_names_are_one_clear_error() -> None:
+    with pytest.raises(ReContextError, match="unknown scorer 'max'; choose from cue_recurrence, mean"):
+        ReplayConfig(scorer="max")
+    with pytest.raises(ReContextError, match="unknown scorer"):
+        ReplayConfig().with_options(scorer="max")
+
+
+def test_a_registered_scorer_is_usable_by_name_and_in_the_cli_choices() -> None:
+    from recontext_engine.cli import build_parser
+
+    @register_scorer("last_token")
+    @dataclass
+    class LastTokenScorer(Scorer):
+        def reduce_cue(self, attention: torch.Tensor) -> torch.Tensor:
+            return attention[..., -1, :]
+
+    try:
+        rows = torch.tensor([[[0.9, 0.1], [0.2, 0.8]]])
+        assert scorer_for(ReplayConfig(scorer="last_token")).score(rows).tolist() == pytest.approx([0.2, 0.8])
+        args = build_parser().parse_args(["heads", "detect", "--scorer", "last_token"])
+        assert args.scorer == "last_token"
+        with pytest.raises(ReContextError, match="already registered"):
+            register_scorer("last_token")(MeanAttentionScorer)
+    finally:
+        del SCORERS["last_token"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["heads", "detect", "--scorer", "last_token"])
+
+
+def test_only_scorer_classes_can_register() -> None:
+    with pytest.raises(ReContextError, match="not a Scorer subclass"):
+        register_scorer("not_a_scorer")(dict)  # type: ignore[arg-type]
+    assert "not_a_scorer" not in SCORERS
+
+
+# -- the paper's recurrence ------------------------------------------------------------------------
 
 
 def slow_recurrence(rows: torch.Tensor, decay: float) -> list[float]:
