@@ -117,9 +117,16 @@ class _Page:
 
     # -- pieces -------------------------------------------------------------------------------
 
+    def facts(self, e: Evidence) -> list[str]:
+        return [
+            f"doc {e.doc_index}",
+            f"chars {e.char_start}–{e.char_end}",
+            f"score {e.score:.3g}",
+            f"round {e.round}",
+        ]
+
     def tip(self, e: Evidence) -> str:
-        where = f"doc {e.doc_index} · chars {e.char_start}–{e.char_end}"
-        return f"{where} · score {e.score:.4g} · round {e.round}"
+        return " · ".join(self.facts(e))
 
     def round_class(self, e: Evidence) -> str:
         return f"rcx-r{(e.round - 1) % len(ROUND_COLOURS) + 1}"
@@ -173,11 +180,11 @@ class _Page:
             return f'<aside class="rcx-panel"><h2>Replayed evidence</h2>{none}</aside>'
         items = []
         for i, e in enumerate(self.evidence):
-            where = (
-                f'<a href="#{self.prefix}-ev-{i}">{_text(self.tip(e))}</a>'
-                if i not in self.lost
-                else f"{_text(self.tip(e))} · <em>not found in the documents</em>"
-            )
+            where = " · ".join(f"<span>{_text(fact)}</span>" for fact in self.facts(e))
+            if i in self.lost:
+                where += " · <em>not found in the documents</em>"
+            else:
+                where = f'<a href="#{self.prefix}-ev-{i}">{where}</a>'
             items.append(
                 f'<li class="{self.round_class(e)}" style="--a:{self.alpha[i]}">'
                 f'<span class="rcx-where">{where}</span>'
@@ -277,7 +284,8 @@ STYLE = (
 .rcx-qa{display:grid;grid-template-columns:1fr 1fr;gap:14px;margin:14px 0 10px}
 .rcx-qa>div{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:10px 14px}
 .rcx-label{font-size:11px;text-transform:uppercase;letter-spacing:.08em;color:var(--muted)}
-.rcx-qa p{margin:2px 0 0;white-space:pre-wrap;overflow-wrap:anywhere;unicode-bidi:plaintext}
+.rcx-qa p{margin:2px 0 0;white-space:pre-wrap;overflow-wrap:anywhere;unicode-bidi:plaintext;
+ max-height:14em;overflow:auto}
 .rcx-answer{font-weight:600}
 .rcx-legend{display:flex;flex-wrap:wrap;gap:10px;align-items:center;margin:0 0 14px}
 .rcx-key{font-size:12px;padding:1px 8px;border-radius:4px;background:rgb(var(--c) / .55);
@@ -306,6 +314,7 @@ STYLE = (
 .rcx-panel ol{list-style:none;margin:0;padding:0}
 .rcx-panel li{margin:0 0 10px;padding:4px 0 4px 10px;border-inline-start:4px solid rgb(var(--c) / var(--a))}
 .rcx-where{display:block;font-size:11.5px;color:var(--muted)}
+.rcx-where span{white-space:nowrap}
 .rcx-where a{color:inherit;text-decoration:none}
 .rcx-where a:hover{text-decoration:underline}
 .rcx-snippet{display:block;font-size:13.5px;overflow-wrap:anywhere;unicode-bidi:plaintext}
