@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,29 @@ def _read_text(path: str) -> str:
         ) from None
 
 
+def _html_target(path: str) -> Path:
+    """Check that the evidence view can be written to ``path`` before the model runs."""
+    file = Path(path)
+    folder = file.parent
+    if file.is_dir():
+        raise ReContextError(f"--html {path} is a folder; give a file name such as view.html")
+    if not folder.is_dir():
+        raise ReContextError(f"--html {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (file.exists() and not os.access(file, os.W_OK)):
+        raise ReContextError(f"--html {path} is not writable")
+    return file
+
+
+def _write_html(file: Path, result, documents: list[str], question: str) -> None:
+    from .view import render_html
+
+    try:
+        file.write_text(render_html(result, documents, question), encoding="utf-8")
+    except OSError as exc:
+        raise ReContextError(f"could not write --html {file}: {exc.strerror or exc}") from None
+    print(f"recontext: evidence view written to {file}", file=sys.stderr)
+
+
 def _add_ask(commands) -> None:
     ask = commands.add_parser("ask", help="answer a question over one or more documents")
     ask.add_argument(
@@ -36,6 +60,13 @@ def _add_ask(commands) -> None:
     ask.add_argument("--vanilla", action="store_true", help="no replay (R = 0), same prompt layout")
     ask.add_argument("--max-new-tokens", type=int, default=None)
     ask.add_argument("--json", action="store_true", help="print one JSON object")
+    ask.add_argument("--html", metavar="FILE", default=None, help="also write the evidence view (HTML)")
+    ask.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar for long prefills (default: on when stderr is a terminal)",
+    )
     ask.add_argument(
         "--model", default=None, help="hub id, local folder or .gguf (default: embedded SmolLM2)"
     )
@@ -52,14 +83,16 @@ def _run_ask(args: argparse.Namespace) -> int:
 
     documents = [check_text(_read_text(path), f"context file {path}") for path in args.context]
     check_text(args.question, "question")
+    html = _html_target(args.html) if args.html else None
     options = {
         "rounds": 0 if args.vanilla else args.rounds,
         "top_k": args.top_k,
         "max_new_tokens": args.max_new_tokens,
     }
     config = ReplayConfig().with_options(**{k: v for k, v in options.items() if v is not None})
+    progress = sys.stderr.isatty() if args.progress is None else args.progress
     engine = ReContextEngine.from_pretrained(
-        args.model, heads=args.heads, device=args.device, backend=args.backend
+        args.model, heads=args.heads, device=args.device, backend=args.backend, progress=progress
     )
     context = documents[0] if len(documents) == 1 else documents
     if args.json:
@@ -67,6 +100,8 @@ def _run_ask(args: argparse.Namespace) -> int:
         payload = result.to_dict()
         payload["heads"] = [list(h) for h in engine.heads.heads]
         print(json.dumps(payload, ensure_ascii=False, indent=1))
+        if html:
+            _write_html(html, result, documents, args.question)
         return 0
     stream = engine.stream(context, args.question, config)
     for piece in stream:
@@ -76,6 +111,8 @@ def _run_ask(args: argparse.Namespace) -> int:
         print("\nEvidence replayed:", file=sys.stderr)
         for item in stream.result.evidence:
             print(f"  [doc {item.doc_index} {item.char_start}:{item.char_end}] {item.text}", file=sys.stderr)
+    if html and stream.result is not None:
+        _write_html(html, stream.result, documents, args.question)
     return 0
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -61,6 +61,10 @@ class _Request:
         if not related:
             return scores
         return bm25_scores(" ".join([self.question, *related]), self.sentence_texts)
+
+
+EvidenceCallback = Callable[[list[Evidence]], None]
+"""``on_evidence`` hook of :meth:`ReContextEngine.answer`/:meth:`~ReContextEngine.stream`."""
 
 
 class ReplayStream:
@@ -123,6 +127,7 @@ class ReContextEngine:
         gguf_file: str | None = None,
         revision: str | None = None,
         default_config: ReplayConfig | None = None,
+        progress: bool = False,
         **backend_options: Any,
     ) -> ReContextEngine:
         """Load a model (None: the embedded SmolLM2-135M-Instruct, CPU, offline) and its head set.
@@ -130,7 +135,8 @@ class ReContextEngine:
         ``heads``: ``"auto"`` (registry, else detect once and cache), a JSON path, a list of
         ``(layer, head)`` pairs or a :class:`HeadSet`. ``backend``: ``"transformers"`` (``device``
         defaults to ``"cpu"``) or ``"vllm"`` (places itself on its GPUs; other keywords such as
-        ``tensor_parallel_size`` go to ``vllm.LLM``).
+        ``tensor_parallel_size`` go to ``vllm.LLM``). ``progress``: a progress bar on stderr for
+        long prefills (transformers backend; ``engine.backend.progress`` toggles it later).
         """
         from .backends import create_backend
 
@@ -141,6 +147,7 @@ class ReContextEngine:
             dtype=dtype,
             gguf_file=gguf_file,
             revision=revision,
+            progress=progress,
             **backend_options,
         )
 
@@ -183,14 +190,17 @@ class ReContextEngine:
         config: ReplayConfig | None = None,
         *,
         evidence: Sequence[Evidence] | None = None,
+        on_evidence: EvidenceCallback | None = None,
         **options: Any,
     ) -> ReplayResult:
         """Answer ``question`` over ``context`` (one text or a list of documents).
 
         ``evidence`` replays the given sentences instead of selecting them (text-only replay).
+        ``on_evidence(evidence)`` is called once with the evidence to replay (empty for vanilla),
+        after selection and before generation starts, so a UI can show it while the answer streams.
         Keyword options override fields of ``config`` (e.g. ``rounds=0`` for vanilla).
         """
-        stream = self.stream(context, question, config, evidence=evidence, **options)
+        stream = self.stream(context, question, config, evidence=evidence, on_evidence=on_evidence, **options)
         for _ in stream:
             pass
         assert stream.result is not None
@@ -203,13 +213,18 @@ class ReContextEngine:
         config: ReplayConfig | None = None,
         *,
         evidence: Sequence[Evidence] | None = None,
+        on_evidence: EvidenceCallback | None = None,
         **options: Any,
     ) -> ReplayStream:
-        """Like :meth:`answer`, yielding text pieces as they are generated."""
+        """Like :meth:`answer`, yielding text pieces as they are generated.
+
+        The prefill runs here; selection runs at the first ``next()``, which calls ``on_evidence``
+        before the first token is generated.
+        """
         cfg = self._config(config, options)
         request = self._start(context, question, cfg)
         stream = ReplayStream(iter(()))
-        stream._pieces = self._run(request, evidence, stream)
+        stream._pieces = self._run(request, evidence, stream, on_evidence)
         return stream
 
     def answer_batch(
@@ -366,7 +381,11 @@ class ReContextEngine:
         return pool.ordered()
 
     def _run(
-        self, request: _Request, evidence: Sequence[Evidence] | None, stream: ReplayStream
+        self,
+        request: _Request,
+        evidence: Sequence[Evidence] | None,
+        stream: ReplayStream,
+        on_evidence: EvidenceCallback | None = None,
     ) -> Iterator[str]:
         config, prefix = request.config, request.prefix
         if evidence is None:
@@ -380,6 +399,8 @@ class ReContextEngine:
                 f"context, evidence and question take {len(prefix.ids) + len(suffix.ids)} tokens, over the "
                 f"model window of {self.context_window}; lower top_k or max_evidence"
             )
+        if on_evidence is not None:
+            on_evidence(list(chosen))
         yield from self._generate(request, chosen, suffix.ids, suffix.evidence_tokens, stream)
 
     def _generate(
@@ -418,5 +439,7 @@ class ReContextEngine:
             timings=request.timings,
             model=self.model_name,
             finish_reason=finish,
+            documents=request.prefix.documents or None,
+            question=request.question or None,
         )
         request.cache = None

@@ -38,7 +38,12 @@ class Usage:
 
 @dataclass
 class ReplayResult:
-    """The answer of one ReContext call."""
+    """The answer of one ReContext call.
+
+    ``documents`` and ``question`` are what the call read (filled by the engine; not part of
+    :meth:`to_dict`); the evidence view (:func:`recontext_engine.view.render_html`, and
+    ``_repr_html_`` in notebooks) shows the evidence in place in them.
+    """
 
     text: str
     evidence: list[Evidence]
@@ -46,6 +51,8 @@ class ReplayResult:
     timings: dict[str, float] = field(default_factory=dict)
     model: str = ""
     finish_reason: str = "stop"
+    documents: list[str] | None = field(default=None, repr=False, compare=False)
+    question: str | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,3 +63,8 @@ class ReplayResult:
             "model": self.model,
             "finish_reason": self.finish_reason,
         }
+
+    def _repr_html_(self) -> str:
+        from .view import render_html
+
+        return render_html(self, full_page=False)

@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
+from tqdm.auto import tqdm
 from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -212,10 +213,11 @@ class TransformersBackend:
 
     name = "transformers"
 
-    def __init__(self, model, prefill_chunk: int = 1024) -> None:
+    def __init__(self, model, prefill_chunk: int = 1024, progress: bool = False) -> None:
         self.model = model
         self.lock = threading.RLock()
         self.prefill_chunk = prefill_chunk
+        self.progress = progress  # a bar on stderr for prefills of more than one chunk
         install_readout(model)
         # transformers 5.24 renamed ``past_key_values`` to ``cache``; accept both generations.
         accepts_cache = "cache" in inspect.signature(model.forward).parameters
@@ -248,10 +250,13 @@ class TransformersBackend:
         """Run ``ids`` through the model in chunks, returning the KV cache (no logits computed)."""
         cache = cache if cache is not None else self.new_cache()
         decoder = self.model.get_decoder()
-        for start in range(0, len(ids), self.prefill_chunk):
-            chunk = torch.tensor([ids[start : start + self.prefill_chunk]], device=self.device)
-            with self.lock:
-                decoder(input_ids=chunk, **{self._cache_kw: cache}, use_cache=True)
+        quiet = not self.progress or len(ids) <= self.prefill_chunk
+        with tqdm(total=len(ids), desc="recontext: prefill", unit="tok", leave=False, disable=quiet) as bar:
+            for start in range(0, len(ids), self.prefill_chunk):
+                chunk = torch.tensor([ids[start : start + self.prefill_chunk]], device=self.device)
+                with self.lock:
+                    decoder(input_ids=chunk, **{self._cache_kw: cache}, use_cache=True)
+                bar.update(chunk.shape[1])
         return cache
 
     @torch.inference_mode()
