@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -183,14 +183,17 @@ class ReContextEngine:
         config: ReplayConfig | None = None,
         *,
         evidence: Sequence[Evidence] | None = None,
+        on_evidence: Callable[[list[Evidence]], None] | None = None,
         **options: Any,
     ) -> ReplayResult:
         """Answer ``question`` over ``context`` (one text or a list of documents).
 
         ``evidence`` replays the given sentences instead of selecting them (text-only replay).
+        ``on_evidence`` is called once with the evidence right after selection, before the first
+        generated token (so a UI can show it while the answer streams).
         Keyword options override fields of ``config`` (e.g. ``rounds=0`` for vanilla).
         """
-        stream = self.stream(context, question, config, evidence=evidence, **options)
+        stream = self.stream(context, question, config, evidence=evidence, on_evidence=on_evidence, **options)
         for _ in stream:
             pass
         assert stream.result is not None
@@ -203,13 +206,14 @@ class ReContextEngine:
         config: ReplayConfig | None = None,
         *,
         evidence: Sequence[Evidence] | None = None,
+        on_evidence: Callable[[list[Evidence]], None] | None = None,
         **options: Any,
     ) -> ReplayStream:
         """Like :meth:`answer`, yielding text pieces as they are generated."""
         cfg = self._config(config, options)
         request = self._start(context, question, cfg)
         stream = ReplayStream(iter(()))
-        stream._pieces = self._run(request, evidence, stream)
+        stream._pieces = self._run(request, evidence, stream, on_evidence)
         return stream
 
     def answer_batch(
@@ -366,7 +370,11 @@ class ReContextEngine:
         return pool.ordered()
 
     def _run(
-        self, request: _Request, evidence: Sequence[Evidence] | None, stream: ReplayStream
+        self,
+        request: _Request,
+        evidence: Sequence[Evidence] | None,
+        stream: ReplayStream,
+        on_evidence: Callable[[list[Evidence]], None] | None = None,
     ) -> Iterator[str]:
         config, prefix = request.config, request.prefix
         if evidence is None:
@@ -374,6 +382,8 @@ class ReContextEngine:
         else:
             chosen = [e for e in evidence if e.text.strip()]
             request.timings["select"] = 0.0
+        if on_evidence is not None:
+            on_evidence(list(chosen))
         suffix = self.prompts.suffix(prefix, request.question, chosen, config)
         if len(prefix.ids) + len(suffix.ids) + 1 > self.context_window:
             raise PromptTooLongError(
