@@ -6,8 +6,8 @@ message is one context document: ReContext reads the history with the model's re
 replays the messages that answer before the new question. Each evidence item names the
 ``message_index`` it came from, so the app can show which earlier turn it used.
 
-- LangChain: ``RunnableWithMessageHistory`` over an ``InMemoryChatMessageHistory``, with
-  ``prompt | ChatReContext``.
+- LangChain: an ``InMemoryChatMessageHistory`` fed to ``prompt | ChatReContext`` through a
+  ``MessagesPlaceholder`` (``RunnableWithMessageHistory`` does the same and is deprecated).
 - LlamaIndex: a ``SimpleChatEngine`` with a ``ChatMemoryBuffer``, the evidence read from the
   ``ReContextEvidenceEvent`` dispatched before the answer.
 
@@ -75,15 +75,14 @@ SYSTEM = "You are a helpful assistant. Answer briefly."
 def langchain_answer(
     history: list[dict[str, str]], question: str, engine: Any = None, **settings: Any
 ) -> Any:
-    """Ask ``question`` after ``history`` through ``RunnableWithMessageHistory``; returns the AIMessage.
+    """Ask ``question`` after ``history`` kept in an ``InMemoryChatMessageHistory``; returns the AIMessage.
 
     The prompt is ``[system, *history, question]``, so evidence ``message_index`` i is history
-    message ``i - 1``.
+    message ``i - 1``. The new turn is added to the history afterwards, as a chat app does.
     """
     from langchain_core.chat_history import InMemoryChatMessageHistory
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
-    from langchain_core.runnables.history import RunnableWithMessageHistory
 
     from recontext_integrations.langchain import ChatReContext
 
@@ -94,13 +93,10 @@ def langchain_answer(
     prompt = ChatPromptTemplate.from_messages(
         [("system", SYSTEM), MessagesPlaceholder("history"), ("human", "{question}")]
     )
-    chain = RunnableWithMessageHistory(
-        prompt | ChatReContext(engine=engine, **settings),
-        lambda session_id: store,
-        input_messages_key="question",
-        history_messages_key="history",
-    )
-    return chain.invoke({"question": question}, config={"configurable": {"session_id": "demo"}})
+    chain = prompt | ChatReContext(engine=engine, **settings)
+    answer = chain.invoke({"history": store.messages, "question": question})
+    store.add_messages([HumanMessage(question), answer])
+    return answer
 
 
 def llama_index_answer(

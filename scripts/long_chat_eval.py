@@ -5,7 +5,7 @@ generated with the fact said by the user in turn ``--fact-turn``; then the quest
 Methods, on the same messages ``[system, *history, question]``:
 
 - ``plain``: the chat template over all messages, no replay (what a chat model does);
-- ``recontext``: ``ChatReContext`` through ``RunnableWithMessageHistory`` (the cookbook recipe):
+- ``recontext``: ``prompt | ChatReContext`` over an ``InMemoryChatMessageHistory`` (the cookbook recipe):
   every earlier message is a context document and the selected ones are replayed.
 
 Figures: evidence recall (the fact's message among the replayed ones, by ``message_index``),
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ def _recipe() -> Any:
         "long_chat_memory", ROOT / "cookbook" / "long_chat_memory.py"
     )
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

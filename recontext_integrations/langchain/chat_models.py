@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,8 @@ from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
     CallbackManager,
     CallbackManagerForLLMRun,
+    adispatch_custom_event,
+    dispatch_custom_event,
 )
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel, LangSmithParams
@@ -114,6 +117,18 @@ def _event_manager(run_manager: Any, manager_class: type) -> Any:
         metadata=run_manager.metadata,
         inheritable_metadata=run_manager.inheritable_metadata,
     )
+
+
+def _dispatch_in_context(data: dict[str, Any]) -> None:
+    # LangChain's stream()/astream() hand _stream no run manager; inside a chain the enclosing
+    # runnable's config is in context, and the event belongs to that run. Alone, there is no run.
+    with contextlib.suppress(RuntimeError):
+        dispatch_custom_event(EVIDENCE_EVENT, data)
+
+
+async def _adispatch_in_context(data: dict[str, Any]) -> None:
+    with contextlib.suppress(RuntimeError):
+        await adispatch_custom_event(EVIDENCE_EVENT, data)
 
 
 class _EvidenceEvent:
@@ -320,8 +335,10 @@ class ChatReContext(BaseChatModel):
         return ChatResult(generations=[generation], llm_output={"model_name": meta["model_name"]})
 
     def _dispatcher(self, run_manager: CallbackManagerForLLMRun | None) -> Callable[[_EvidenceEvent], None]:
+        """How the evidence event leaves: through this run's callbacks when LangChain passes the run
+        (``invoke``, ``batch``), else through the enclosing runnable's (``stream`` inside a chain)."""
         if run_manager is None:
-            return lambda event: None
+            return lambda event: _dispatch_in_context(event.data)
         manager = _event_manager(run_manager, CallbackManager)
         return lambda event: manager.on_custom_event(EVIDENCE_EVENT, event.data, run_id=run_manager.run_id)
 
@@ -365,6 +382,8 @@ class ChatReContext(BaseChatModel):
                 if isinstance(item, _EvidenceEvent):
                     if manager is not None:
                         await manager.on_custom_event(EVIDENCE_EVENT, item.data, run_id=run_manager.run_id)
+                    else:
+                        await _adispatch_in_context(item.data)
                     continue
                 yield item
         finally:

@@ -165,13 +165,18 @@ def test_plain_chat_fallback_is_announced_once(engine: Any, caplog: pytest.LogCa
 
 @pytest.mark.model
 def test_evidence_event_comes_before_the_first_token(llm: ChatReContext) -> None:
+    prompt = ChatPromptTemplate.from_messages([("human", "Context: {context}\n\nQuestion: {question}")])
     recorder = MessageRecorder()
-    messages = [HumanMessage(f"Context: {DOCUMENT}\n\nQuestion: {QUESTION}")]
-    chunks = list(llm.stream(messages, config={"callbacks": [recorder]}))
+    inputs = {"context": DOCUMENT, "question": QUESTION}
+    chunks = list((prompt | llm).stream(inputs, config={"callbacks": [recorder]}))
     assert recorder.order[0] == EVIDENCE_EVENT and recorder.order.count(EVIDENCE_EVENT) == 1
     assert "token" in recorder.order
     assert holds_fact(recorder.events[0]["evidence"])
-    assert recorder.events[0]["evidence"] == chunks[-1].message.response_metadata["evidence"]
+    assert recorder.events[0]["evidence"] == chunks[-1].response_metadata["evidence"]
+    # invoke hands the chat model its run: the event belongs to it
+    invoked = MessageRecorder()
+    message = llm.invoke(prompt.invoke(inputs), config={"callbacks": [invoked]})
+    assert invoked.events and invoked.events[0]["evidence"] == message.response_metadata["evidence"]
 
 
 @pytest.mark.model

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ COOKBOOK = Path(__file__).resolve().parents[2] / "cookbook"
 def _recipe() -> Any:
     spec = importlib.util.spec_from_file_location("long_chat_memory", COOKBOOK / "long_chat_memory.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
