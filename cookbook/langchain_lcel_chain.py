@@ -2,7 +2,8 @@
 
 The prompt puts the document before a ``Question:`` line; ChatReContext's rule takes the text
 before that marker as the context, replays the sentences its retrieval heads point at, and
-answers. Run: ``python cookbook/langchain_lcel_chain.py`` (offline, embedded model, CPU).
+answers. Needs: ``pip install -e ".[cookbook]"``.
+Run: ``python cookbook/langchain_lcel_chain.py`` (offline, embedded model, CPU).
 """
 
 from __future__ import annotations

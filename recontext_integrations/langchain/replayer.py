@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from langchain_core.callbacks import dispatch_custom_event
 from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
-from pydantic import Field
 
-from .chat_models import load_engine
+from ..common import EVIDENCE_EVENT, evidence_payload
+from .selection import EVIDENCE_KIND, EngineSettings, evidence_document, is_evidence, select_evidence
 
-if TYPE_CHECKING:
-    from recontext_engine import ReContextEngine
-
-EVIDENCE_KIND = "recontext_evidence"
+__all__ = ["EVIDENCE_KIND", "ReContextReplayer", "format_replay_prompt", "is_evidence"]
 
 
 def _as_documents(value: Any) -> list[Document]:
@@ -22,12 +20,7 @@ def _as_documents(value: Any) -> list[Document]:
     return [d if isinstance(d, Document) else Document(page_content=str(d)) for d in items]
 
 
-def is_evidence(document: Document) -> bool:
-    """Whether ``document`` is the evidence document a :class:`ReContextReplayer` added."""
-    return document.metadata.get("kind") == EVIDENCE_KIND
-
-
-class ReContextReplayer(RunnableSerializable[dict[str, Any], dict[str, Any]]):
+class ReContextReplayer(EngineSettings, RunnableSerializable[dict[str, Any], dict[str, Any]]):
     """Adds an evidence document, chosen by the local model's retrieval heads, after the documents.
 
     Input: ``{"question": str, "documents": list[Document]}`` (``"context"``: a string, a list of
@@ -38,73 +31,18 @@ class ReContextReplayer(RunnableSerializable[dict[str, Any], dict[str, Any]]):
     plus ``id``/``source`` of each document that gave evidence), ``spans`` (``doc_index``,
     ``char_start``, ``char_end``, ``score``, ``round``: ``documents[doc_index].page_content
     [char_start:char_end]`` is the sentence) and ``model``. Feed it to any chat model, e.g. with
-    :func:`format_replay_prompt`, so the model reads ``[C; E; q]``.
+    :func:`format_replay_prompt`, so the model reads ``[C; E; q]``. Inside a chain it also
+    dispatches the custom event ``"recontext_evidence"`` as soon as the evidence is chosen.
     """
-
-    engine: Any = Field(default=None, exclude=True)
-    """A loaded ``ReContextEngine``; when set, ``model``, ``heads`` and ``device`` are unused."""
-    model: str | None = None
-    heads: str | list[tuple[int, int]] = "auto"
-    device: str = "cpu"
-    rounds: int | None = None
-    top_k: int | None = None
-    replay_options: dict[str, Any] = Field(default_factory=dict)
-    """Other ``ReplayConfig`` fields used for selection (e.g. ``max_evidence``, ``unit``)."""
-
-    def get_engine(self) -> ReContextEngine:
-        """The injected engine, or the one for ``model``/``heads``/``device`` (loaded on first use)."""
-        if self.engine is not None:
-            return self.engine
-        return load_engine(self.model, heads=self.heads, device=self.device)
-
-    def _options(self) -> dict[str, Any]:
-        options = dict(self.replay_options)
-        if self.rounds is not None:
-            options["rounds"] = self.rounds
-        if self.top_k is not None:
-            options["top_k"] = self.top_k
-        return options
 
     def evidence_document(self, documents: Sequence[Document], question: str) -> Document:
         """The evidence Document for ``question`` over ``documents`` (empty documents are skipped)."""
         engine = self.get_engine()
-        options = self._options()
-        kept = [i for i, d in enumerate(documents) if d.page_content.strip()]
-        if not kept:
-            raise ValueError("ReContextReplayer needs at least one document with text")
-        evidence = engine.select_evidence([documents[i].page_content for i in kept], question, **options)
-        config = engine.default_config.with_options(**options)
-        spans, sources = [], {}
-        for item in evidence:
-            index = kept[item.doc_index]
-            spans.append(
-                {
-                    "doc_index": index,
-                    "char_start": item.char_start,
-                    "char_end": item.char_end,
-                    "score": item.score,
-                    "round": item.round,
-                }
-            )
-            source = {"doc_index": index}
-            document = documents[index]
-            if document.id is not None:
-                source["id"] = document.id
-            if "source" in document.metadata:
-                source["source"] = document.metadata["source"]
-            sources[index] = source
-        text = config.evidence_template.format(
-            evidence=config.evidence_separator.join(item.text for item in evidence)
-        )
-        metadata = {
-            "kind": EVIDENCE_KIND,
-            "source_documents": [sources[i] for i in sorted(sources)],
-            "spans": spans,
-            "model": engine.model_name,
-        }
-        return Document(page_content=text, metadata=metadata)
+        config = self.selection_config()
+        evidence = select_evidence(engine, documents, question, config)
+        return evidence_document(documents, evidence, config, engine.model_name)
 
-    def _replay(self, inputs: dict[str, Any]) -> dict[str, Any]:
+    def _replay(self, inputs: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         if not isinstance(inputs, dict) or "question" not in inputs:
             raise ValueError('ReContextReplayer expects a dict with "question" and "documents"')
         if "documents" in inputs:
@@ -114,8 +52,12 @@ class ReContextReplayer(RunnableSerializable[dict[str, Any], dict[str, Any]]):
         else:
             raise ValueError('ReContextReplayer input needs "documents" (or "context")')
         documents = [d for d in documents if not is_evidence(d)]  # replaying twice replaces the old one
-        evidence = self.evidence_document(documents, inputs["question"])
-        return {**inputs, "documents": [*documents, evidence]}
+        engine, selection = self.get_engine(), self.selection_config()
+        evidence = select_evidence(engine, documents, inputs["question"], selection)
+        data = {"evidence": evidence_payload(evidence), "question": inputs["question"]}
+        dispatch_custom_event(EVIDENCE_EVENT, {**data, "model_name": engine.model_name}, config=config)
+        added = evidence_document(documents, evidence, selection, engine.model_name)
+        return {**inputs, "documents": [*documents, added]}
 
     def invoke(
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
@@ -138,5 +80,5 @@ def format_replay_prompt(inputs: dict[str, Any], question_template: str | None =
     evidence = [d.page_content for d in documents if is_evidence(d)]
     text, _ = context_block(context) if context else ("", [])
     template = question_template or DEFAULT_QUESTION_TEMPLATE
-    parts = ["Context:\n" + text, *evidence, template.format(question=inputs["question"])]
+    parts = ["Context:\n" + text, *evidence, template.replace("{question}", inputs["question"])]
     return "\n\n".join(parts)

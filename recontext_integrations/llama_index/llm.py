@@ -1,20 +1,18 @@
 """``ReContextLLM``: a LlamaIndex LLM that replays evidence for RAG prompts and chats plainly otherwise.
 
-Which part of a prompt is context and which is the question is decided by :func:`split_prompt`:
-an ordered list of :class:`SplitPattern` regexes, each with a ``context`` and a ``question`` group.
-The defaults cover LlamaIndex's text-QA, tree-summarize and refine templates (completion and chat
-forms) and a generic ``Question:``/``Query:`` marker. A prompt that no pattern splits is answered by
-plain chat-template generation, without replay.
+Which part of a prompt is context and which is the question is decided by the shared rules of
+:mod:`recontext_engine.messages`: LlamaIndex's text-QA, tree-summarize and refine templates
+(completion and chat forms, ``split_patterns``), dashed context blocks (``CitationQueryEngine``),
+``Question:``/``Query:`` markers, context in the system prompt (``ContextChatEngine``,
+``CondensePlusContextChatEngine``) and earlier turns of the chat. A prompt where none finds context
+is answered by plain chat-template generation, without replay (logged once, ``replayed: False``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass, fields
-from functools import lru_cache
+from dataclasses import fields
 from typing import Any, TypeVar
 
 from llama_index.core.base.llms.types import (
@@ -29,176 +27,39 @@ from llama_index.core.base.llms.types import (
     MessageRole,
 )
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 
-from recontext_engine import ReContextEngine, ReplayConfig, ReplayResult, ReplayStream
+from recontext_engine import Evidence, ReContextEngine, ReplayConfig, ReplayResult, ReplayStream
+from recontext_engine.messages import (
+    DEFAULT_QUESTION_MARKER,
+    DEFAULT_SPLIT_PATTERNS,
+    MessageSplit,
+    SplitPattern,
+    chat_messages,
+    split_messages,
+)
+
+from ..common import PlainChatNotice, evidence_payload, iterate_in_thread
+from .events import ReContextEvidenceEvent, shared_engine
 
 T = TypeVar("T")
 _CONFIG_FIELDS = frozenset(f.name for f in fields(ReplayConfig))
-# C0/C1 controls other than tab/newline/CR: the engine rejects them, PDF text often has them (form feeds).
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-_ROLES |= {"model": "assistant", "chatbot": "assistant"}
-
-
-@dataclass(frozen=True)
-class SplitPattern:
-    """One way to find context and question in a prompt.
-
-    ``regex`` is matched against the whole prompt (``re.DOTALL``) and must define the groups
-    ``context`` and ``question``; any other named groups may be used in ``question_format``, the
-    text handed to the engine as the question (e.g. the refine template's existing answer).
-    """
-
-    name: str
-    regex: str
-    question_format: str = "{question}"
-
-    @classmethod
-    def from_markers(cls, name: str, context_marker: str, question_marker: str) -> SplitPattern:
-        """Context runs from the first ``context_marker`` to the last ``question_marker``; the question is
-        the rest. Both markers are regexes (use ``re.escape`` for literal text)."""
-        return cls(name, rf"^.*?{context_marker}(?P<context>.*){question_marker}(?P<question>.*)$")
-
-
-@dataclass(frozen=True)
-class PromptSplit:
-    """What :func:`split_prompt` found: the context, the question and the pattern's name."""
-
-    context: str
-    question: str
-    pattern: str
-
-
-_DASHES = r"[ \t]*-{3,}[ \t]*\n"
-_ANSWER = r"\s*\n(?:Answer|Response):\s*$"
-_REFINE_TAIL = (
-    r"Query:[ \t]*(?P<question>.*?)\nOriginal Answer:[ \t]*(?P<existing_answer>.*?)\nNew Answer:\s*$"
-)
-_REFINE_QUESTION = "{question}\nAn earlier answer, to improve only if the context helps: {existing_answer}"
-DEFAULT_SPLIT_PATTERNS: tuple[SplitPattern, ...] = (
-    # text_qa / tree_summarize (default_prompts and chat_prompts, plain and rich forms)
-    SplitPattern(
-        "llama_index_text_qa",
-        rf"^\s*Context information(?: from multiple sources)? is below\.\s*\n{_DASHES}(?P<context>.*)"
-        rf"\n{_DASHES}(?:[^\n]*\n)??\s*(?:Query|Question):[ \t]*(?P<question>.*?){_ANSWER}",
-    ),
-    # refine (default_prompts): the question comes before the context
-    SplitPattern(
-        "llama_index_refine",
-        r"^\s*The original query is as follows:[ \t]*(?P<question>.*?)\n"
-        r"We have provided an existing answer:[ \t]*(?P<existing_answer>.*?)\n"
-        rf"We have the opportunity to refine[^\n]*\n{_DASHES}(?P<context>.*)\n{_DASHES}.*$",
-        _REFINE_QUESTION,
-    ),
-    # refine (chat_prompts): rich form with dashed lines first, then the plain form
-    SplitPattern(
-        "llama_index_chat_refine",
-        rf"^.*?New Context:\s*\n{_DASHES}(?P<context>.*)\n{_DASHES}\s*{_REFINE_TAIL}",
-        _REFINE_QUESTION,
-    ),
-    SplitPattern(
-        "llama_index_chat_refine",
-        rf"^.*?New Context:[ \t]*(?P<context>.*)\n{_REFINE_TAIL}",
-        _REFINE_QUESTION,
-    ),
-    # generic: everything before the last line starting with "Question:" or "Query:" is context
-    SplitPattern(
-        "question_marker",
-        r"^(?:\s*Context:[ \t]*\n)?(?P<context>.*\S)\s*\n[ \t]*(?:Question|Query):[ \t]*(?P<question>.*?)"
-        r"(?:\s*\n(?:Answer|Response):)?\s*$",
-    ),
-)
-
-
-@lru_cache(maxsize=64)
-def _compiled(regex: str) -> re.Pattern[str]:
-    return re.compile(regex, re.DOTALL)
-
-
-def split_prompt(text: str, patterns: Sequence[SplitPattern] = DEFAULT_SPLIT_PATTERNS) -> PromptSplit | None:
-    """Split ``text`` by the first pattern that matches it.
-
-    None when no pattern matches, or when the matching one finds an empty context or question
-    (e.g. a text-QA prompt with nothing retrieved): such prompts are answered without replay.
-    """
-    for pattern in patterns:
-        match = _compiled(pattern.regex).match(text)
-        if match is None:
-            continue
-        groups = {k: (v or "").strip() for k, v in match.groupdict().items()}
-        if not (groups.get("context") and groups.get("question")):
-            return None
-        return PromptSplit(groups["context"], pattern.question_format.format(**groups).strip(), pattern.name)
-    return None
-
-
-def clean_text(text: str) -> str:
-    """Replace control characters the engine rejects by spaces (same length, so offsets still hold)."""
-    return _CONTROL.sub(" ", text)
-
-
-def load_engine(owner: Any) -> ReContextEngine:
-    """The owner's engine, loaded once on first use from its ``model``/``heads``/``device`` fields."""
-    if owner._engine is None:
-        with owner._lock:
-            if owner._engine is None:
-                owner._engine = ReContextEngine.from_pretrained(
-                    owner.model, heads=owner.heads, device=owner.device
-                )
-    return owner._engine
+_ROLES |= {"model": "assistant", "chatbot": "assistant", "tool": "tool", "function": "tool"}
+QUESTION_MARKERS = (DEFAULT_QUESTION_MARKER, "Query:")
+dispatcher = get_dispatcher(__name__)
 
 
 def _messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
-    out = []
-    for message in messages:
-        content = clean_text(message.content or "")
-        if content.strip():
-            out.append({"role": _ROLES.get(message.role.value, "user"), "content": content})
-    return out
+    return [{"role": _ROLES.get(m.role.value, "user"), "content": m.content or ""} for m in messages]
 
 
 async def _in_thread(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
-    """Iterate a blocking iterator in a worker thread, handing items to the event loop through a queue."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()
-    cancelled = threading.Event()
-
-    def put(item: tuple[bool, Any]) -> None:
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-        except RuntimeError:  # the loop closed while we were still generating
-            cancelled.set()
-
-    def work() -> None:
-        iterator = make()
-        try:
-            for item in iterator:
-                if cancelled.is_set():
-                    break
-                put((False, item))
-        except BaseException as exc:  # handed to the consumer, raised there
-            put((True, exc))
-            return
-        finally:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                close()
-        put((True, None))
-
-    worker = asyncio.ensure_future(asyncio.to_thread(work))
-    try:
-        while True:
-            done, value = await queue.get()
-            if done:
-                if value is not None:
-                    raise value
-                break
-            yield value
-        await worker
-    finally:
-        cancelled.set()
+    """Iterate a blocking iterator in a worker thread (see ``iterate_in_thread``)."""
+    async for item in iterate_in_thread(lambda emit: make()):
+        yield item
 
 
 class ReContextLLM(CustomLLM):
@@ -206,12 +67,15 @@ class ReContextLLM(CustomLLM):
 
     Pass a ready ``engine=``, or set ``model`` (None: the embedded SmolLM2-135M-Instruct), ``heads``
     and ``device``: the model then loads on first use (a generation call or ``metadata``), never in
-    ``__init__``. Every prompt goes through the model's chat template. A prompt (or the last user
-    message of a conversation that has no earlier user or assistant turns) that ``split_patterns``
-    splits into context and question is answered with evidence replay; anything else by plain
-    generation. Keyword arguments of a call that name :class:`~recontext_engine.ReplayConfig` fields
-    (``rounds=0``, ``top_k=4``, ``max_new_tokens=32``...) override the settings for that call; other
-    keyword arguments are ignored. Evidence, usage and timings are in ``additional_kwargs`` and ``raw``.
+    ``__init__``; a ``ReContextEvidencePostprocessor`` with the same settings shares the loaded model.
+    Every prompt goes through the model's chat template. Messages in which the shared rules
+    (:mod:`recontext_engine.messages`) find context are answered with evidence replay, and the
+    evidence is dispatched as a :class:`ReContextEvidenceEvent` before the first token; anything
+    else by plain generation (a warning the first time). Keyword arguments of a call that name
+    :class:`~recontext_engine.ReplayConfig` fields (``rounds=0``, ``top_k=4``, ``max_new_tokens=32``...)
+    override the settings for that call; other keyword arguments are ignored. ``additional_kwargs``
+    and ``raw`` hold ``replayed``, ``split_rule``, the evidence (each item with the
+    ``message_index`` it came from), usage and timings.
     """
 
     model: str | None = Field(default=None, description="Hub id, local folder or .gguf; None = embedded.")
@@ -226,11 +90,12 @@ class ReContextLLM(CustomLLM):
     )
     split_patterns: list[SplitPattern] = Field(
         default_factory=lambda: list(DEFAULT_SPLIT_PATTERNS),
-        description="Tried in order to split a prompt into context and question.",
+        description="Known templates, tried in order before the generic rules.",
     )
+    history_as_context: bool = Field(default=True, description="Earlier chat turns are context documents.")
 
     _engine: ReContextEngine | None = PrivateAttr(default=None)
-    _lock: Any = PrivateAttr(default_factory=threading.Lock)
+    _notice: PlainChatNotice = PrivateAttr(default_factory=PlainChatNotice)
 
     def __init__(self, engine: ReContextEngine | None = None, **data: Any) -> None:
         super().__init__(**data)
@@ -252,7 +117,7 @@ class ReContextLLM(CustomLLM):
     @property
     def engine(self) -> ReContextEngine:
         """The engine (loaded now if it is not yet)."""
-        return load_engine(self)
+        return shared_engine(self)
 
     @property
     def metadata(self) -> LLMMetadata:
@@ -277,21 +142,39 @@ class ReContextLLM(CustomLLM):
         options.update({k: v for k, v in kwargs.items() if k in _CONFIG_FIELDS})
         return engine.default_config.with_options(**options)
 
+    def split(self, messages: Sequence[dict[str, str]]) -> MessageSplit:
+        """This LLM's context/question split of ``{"role", "content"}`` messages."""
+        return split_messages(
+            messages,
+            question_marker=QUESTION_MARKERS,
+            history_as_context=self.history_as_context,
+            patterns=self.split_patterns,
+        )
+
     def _start(
         self, messages: list[dict[str, str]], kwargs: dict[str, Any]
-    ) -> tuple[ReplayStream, str | None]:
-        """Start generation; returns the stream and the split pattern's name (None: no replay)."""
+    ) -> tuple[ReplayStream, MessageSplit]:
+        """Start generation: replay if the split finds context, else plain chat."""
         engine = self.engine
         config = self._config(engine, kwargs)
-        *earlier, last = messages or [{"role": "user", "content": ""}]
-        split = None
-        if last["role"] == "user" and all(m["role"] == "system" for m in earlier):
-            split = split_prompt(last["content"], self.split_patterns)
-        if split is None:
-            return engine.stream_chat(messages, config), None
-        if earlier:
-            config = config.with_options(system_prompt="\n\n".join(m["content"] for m in earlier))
-        return engine.stream(split.context, split.question, config), split.pattern
+        split = self.split(messages)
+        if not split.replays:
+            self._notice("ReContextLLM", split)
+            return engine.stream_chat(chat_messages(messages), config), split
+        if split.system:
+            config = config.with_options(system_prompt=split.system)
+
+        def on_evidence(evidence: list[Evidence]) -> None:
+            dispatcher.event(
+                ReContextEvidenceEvent(
+                    evidence=evidence_payload(evidence, split.sources),
+                    question=split.question,
+                    split_rule=split.rule,
+                    model_name=engine.model_name,
+                )
+            )
+
+        return engine.stream(split.documents, split.question, config, on_evidence=on_evidence), split
 
     def _prompt_messages(self, prompt: str, formatted: bool) -> list[dict[str, str]]:
         messages = (
@@ -302,19 +185,32 @@ class ReContextLLM(CustomLLM):
         return _messages([*messages, ChatMessage.from_str(prompt, "user")])
 
     @staticmethod
-    def _extras(result: ReplayResult | None, pattern: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(raw, additional_kwargs) of a finished call; ``split_pattern`` None means plain chat."""
-        raw = {**(result.to_dict() if result else {}), "split_pattern": pattern}
-        keys = ("evidence", "usage", "timings", "model", "finish_reason", "split_pattern")
+    def _extras(result: ReplayResult | None, split: MessageSplit) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(raw, additional_kwargs) of a finished call; ``replayed`` False means plain chat."""
+        raw = result.to_dict() if result else {}
+        raw["evidence"] = evidence_payload(result.evidence, split.sources) if result else []
+        raw["replayed"] = bool(raw["evidence"])
+        raw["split_rule"] = split.rule
+        raw["split_pattern"] = split.rule if split.replays else None  # earlier name, kept for callers
+        keys = (
+            "evidence",
+            "usage",
+            "timings",
+            "model",
+            "finish_reason",
+            "replayed",
+            "split_rule",
+            "split_pattern",
+        )
         return raw, {k: raw[k] for k in keys if k in raw}
 
     def _complete_messages(
         self, messages: list[dict[str, str]], kwargs: dict[str, Any]
     ) -> CompletionResponse:
-        stream, pattern = self._start(messages, kwargs)
+        stream, split = self._start(messages, kwargs)
         for _ in stream:
             pass
-        raw, extras = self._extras(stream.result, pattern)
+        raw, extras = self._extras(stream.result, split)
         return CompletionResponse(
             text=stream.result.text if stream.result else "", raw=raw, additional_kwargs=extras
         )
@@ -323,7 +219,7 @@ class ReContextLLM(CustomLLM):
         self, messages: list[dict[str, str]], kwargs: dict[str, Any]
     ) -> CompletionResponseGen:
         # The last piece is held back one step so that it can carry the evidence and usage.
-        stream, pattern = self._start(messages, kwargs)
+        stream, split = self._start(messages, kwargs)
         text, held = "", None
         try:
             for piece in stream:
@@ -332,7 +228,7 @@ class ReContextLLM(CustomLLM):
                 held, text = piece, text + piece
         finally:
             stream.close()
-        raw, extras = self._extras(stream.result, pattern)
+        raw, extras = self._extras(stream.result, split)
         yield CompletionResponse(text=text, delta=held or "", raw=raw, additional_kwargs=extras)
 
     @staticmethod

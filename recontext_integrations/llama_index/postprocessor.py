@@ -6,19 +6,35 @@ The evidence goes to whatever LLM the query engine uses (a hosted API included),
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
+from llama_index.core.callbacks import CBEventType, EventPayload
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import BaseNode, NodeRelationship, NodeWithScore, QueryBundle, TextNode
 
 from recontext_engine import Evidence, ReContextEngine, ReplayConfig
+from recontext_engine.messages import clean_text
 
-from .llm import clean_text, load_engine
+from ..common import evidence_payload, render_evidence
+from .events import ReContextEvidenceEvent, shared_engine
 
 EVIDENCE_KEY = "recontext_evidence"
+SENTENCE_KEY = "recontext_sentence"
+dispatcher = get_dispatcher(__name__)
+
+
+def _span(nodes: Sequence[BaseNode], e: Evidence) -> dict[str, Any]:
+    return {
+        "node_id": nodes[e.doc_index].node_id,
+        "char_start": e.char_start,
+        "char_end": e.char_end,
+        "score": e.score,
+        "round": e.round,
+    }
 
 
 def evidence_node(nodes: Sequence[BaseNode], evidence: Sequence[Evidence], config: ReplayConfig) -> TextNode:
@@ -27,37 +43,49 @@ def evidence_node(nodes: Sequence[BaseNode], evidence: Sequence[Evidence], confi
     ``evidence[i].doc_index`` indexes ``nodes``; its metadata ``spans`` name the source node and the
     char offsets into ``node.get_content()``. The metadata is kept out of embeddings and LLM prompts.
     """
-    head, _, tail = config.evidence_template.partition("{evidence}")
-    text = head + config.evidence_separator.join(e.text for e in evidence) + tail
-    spans = [
-        {
-            "node_id": nodes[e.doc_index].node_id,
-            "char_start": e.char_start,
-            "char_end": e.char_end,
-            "score": e.score,
-            "round": e.round,
-        }
-        for e in evidence
-    ]
+    spans = [_span(nodes, e) for e in evidence]
     source_ids = list(dict.fromkeys(span["node_id"] for span in spans))
     metadata = {EVIDENCE_KEY: True, "source_node_ids": source_ids, "spans": spans}
     return TextNode(
-        text=text,
+        text=render_evidence([e.text for e in evidence], config),
         metadata=metadata,
         excluded_embed_metadata_keys=list(metadata),
         excluded_llm_metadata_keys=list(metadata),
     )
 
 
+def sentence_node(nodes: Sequence[BaseNode], item: Evidence) -> TextNode:
+    """One evidence sentence as a node: the source node's metadata plus its provenance, and a SOURCE
+    relationship to it; the provenance keys stay out of embeddings and LLM prompts."""
+    source = nodes[item.doc_index]
+    provenance = {SENTENCE_KEY: True, "source_node_id": source.node_id, **_span(nodes, item)}
+    del provenance["node_id"]
+    hidden = list(provenance)
+    return TextNode(
+        text=item.text,
+        metadata={**source.metadata, **provenance},
+        excluded_embed_metadata_keys=[*source.excluded_embed_metadata_keys, *hidden],
+        excluded_llm_metadata_keys=[*source.excluded_llm_metadata_keys, *hidden],
+        relationships={NodeRelationship.SOURCE: source.as_related_node_info()},
+    )
+
+
 class ReContextEvidencePostprocessor(BaseNodePostprocessor):
-    """Keeps every retrieved node and appends one evidence node, chosen by the local model's attention.
+    """Evidence from the retrieved nodes, chosen by the local model's attention.
 
-    The evidence node comes last, so it sits next to the question in LlamaIndex's prompts; its
-    metadata ``spans`` (``node_id``, ``char_start``, ``char_end``, ``score``, ``round``) slice back
-    into the source nodes' ``get_content()``. With ``rerank=True`` the nodes are first reordered by
-    attention mass (written to ``NodeWithScore.score``) and cut to ``top_n``.
+    ``mode="append"`` (default) keeps every node and appends one evidence node, last, so it sits
+    next to the question in LlamaIndex's prompts; its metadata ``spans`` (``node_id``,
+    ``char_start``, ``char_end``, ``score``, ``round``) slice back into the source nodes'
+    ``get_content()``. ``mode="extract"`` returns only the evidence: one node per sentence, in
+    document order, scored by attention, with ``source_node_id`` and char offsets in metadata and
+    a SOURCE relationship. With ``rerank=True`` the nodes are first reordered by attention mass
+    (written to ``NodeWithScore.score``) and cut to ``top_n``; LlamaIndex's ``ReRankStartEvent``
+    and ``ReRankEndEvent`` (and the legacy RERANKING callback event) are emitted. The selected
+    evidence is dispatched as a :class:`ReContextEvidenceEvent`.
 
-    Pass a ready ``engine=``, or set ``model``/``heads``/``device`` to load one on first use.
+    Pass a ready ``engine=``, or set ``model``/``heads``/``device`` to load one on first use (shared
+    with a ``ReContextLLM`` of the same settings). Node text goes to the engine as it is (no
+    regex), control characters such as form feeds turned into spaces.
     """
 
     model: str | None = Field(default=None, description="Hub id, local folder or .gguf; None = embedded.")
@@ -65,7 +93,10 @@ class ReContextEvidencePostprocessor(BaseNodePostprocessor):
         default="auto", description="Head set: 'auto', a JSON path or pairs."
     )
     device: str = Field(default="cpu", description="Torch device for a lazily loaded model.")
-    add_evidence: bool = Field(default=True, description="Append the evidence node.")
+    mode: Literal["append", "extract"] = Field(
+        default="append", description="'append': nodes + one evidence node; 'extract': one node per sentence."
+    )
+    add_evidence: bool = Field(default=True, description="Select evidence (False: rerank only).")
     rerank: bool = Field(default=False, description="Reorder nodes by attention mass from the question.")
     top_n: int | None = Field(default=None, ge=1, description="With rerank: keep this many nodes.")
     replay_options: dict[str, Any] = Field(
@@ -74,7 +105,6 @@ class ReContextEvidencePostprocessor(BaseNodePostprocessor):
     )
 
     _engine: ReContextEngine | None = PrivateAttr(default=None)
-    _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(self, engine: ReContextEngine | None = None, **data: Any) -> None:
         super().__init__(**data)
@@ -93,12 +123,15 @@ class ReContextEvidencePostprocessor(BaseNodePostprocessor):
     @property
     def engine(self) -> ReContextEngine:
         """The engine (loaded now if it is not yet)."""
-        return load_engine(self)
+        return shared_engine(self)
 
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        nodes = [n for n in nodes if not n.node.metadata.get(EVIDENCE_KEY)]  # idempotent when chained twice
+        # earlier evidence is dropped (chained twice, the new one replaces it)
+        nodes = [
+            n for n in nodes if not (n.node.metadata.get(EVIDENCE_KEY) or n.node.metadata.get(SENTENCE_KEY))
+        ]
         if not nodes:
             return []
         if query_bundle is None:
@@ -107,7 +140,7 @@ class ReContextEvidencePostprocessor(BaseNodePostprocessor):
         config = engine.default_config.with_options(**self.replay_options)
         question = query_bundle.query_str
         if self.rerank:
-            nodes = self._rerank(engine, nodes, question, config)
+            nodes = self._rerank(engine, nodes, query_bundle, config)
         if not self.add_evidence:
             return nodes
         sources = [n.node for n in nodes if n.node.get_content().strip()]
@@ -115,23 +148,37 @@ class ReContextEvidencePostprocessor(BaseNodePostprocessor):
             return nodes
         documents = [clean_text(node.get_content()) for node in sources]
         evidence = engine.select_evidence(documents, question, config)
+        payload = [
+            {**item, "node_id": sources[item["doc_index"]].node_id} for item in evidence_payload(evidence)
+        ]
+        dispatcher.event(
+            ReContextEvidenceEvent(evidence=payload, question=question, model_name=engine.model_name)
+        )
+        if self.mode == "extract":
+            return [NodeWithScore(node=sentence_node(sources, e), score=e.score) for e in evidence]
         if not evidence:
             return nodes
         return [*nodes, NodeWithScore(node=evidence_node(sources, evidence, config), score=None)]
 
     def _rerank(
-        self, engine: ReContextEngine, nodes: list[NodeWithScore], question: str, config: ReplayConfig
+        self, engine: ReContextEngine, nodes: list[NodeWithScore], query: QueryBundle, config: ReplayConfig
     ) -> list[NodeWithScore]:
         """Nodes by attention mass, highest first (nodes without text last, score None), cut to top_n."""
-        with_text = [n for n in nodes if n.node.get_content().strip()]
-        scores = (
-            engine.document_scores([clean_text(n.node.get_content()) for n in with_text], question, config)
-            if with_text
-            else []
+        top_n = self.top_n or len(nodes)
+        dispatcher.event(
+            ReRankStartEvent(query=query, nodes=nodes, top_n=top_n, model_name=engine.model_name)
         )
-        ranked = sorted(zip(scores, with_text, strict=True), key=lambda pair: -pair[0])
-        rescored = [NodeWithScore(node=n.node, score=float(s)) for s, n in ranked]
-        rescored += [
-            NodeWithScore(node=n.node, score=None) for n in nodes if not n.node.get_content().strip()
-        ]
-        return rescored[: self.top_n] if self.top_n else rescored
+        payload = {EventPayload.NODES: nodes, EventPayload.MODEL_NAME: engine.model_name}
+        with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:
+            with_text = [n for n in nodes if n.node.get_content().strip()]
+            texts = [clean_text(n.node.get_content()) for n in with_text]
+            scores = engine.document_scores(texts, query.query_str, config) if with_text else []
+            ranked = sorted(zip(scores, with_text, strict=True), key=lambda pair: -pair[0])
+            rescored = [NodeWithScore(node=n.node, score=float(s)) for s, n in ranked]
+            rescored += [
+                NodeWithScore(node=n.node, score=None) for n in nodes if not n.node.get_content().strip()
+            ]
+            rescored = rescored[:top_n]
+            event.on_end(payload={EventPayload.NODES: rescored})
+        dispatcher.event(ReRankEndEvent(nodes=rescored))
+        return rescored

@@ -35,22 +35,15 @@ MESSAGES = [SystemMessage("Answer briefly."), HumanMessage(f"Context:\n{CONTEXT}
 
 
 def test_lone_message_is_plain_chat() -> None:
-    assert split_messages([HumanMessage("Hello")]) == MessageSplit([], "Hello", None)
+    assert split_messages([HumanMessage("Hello")]) == MessageSplit([], "Hello", None, "none", ())
 
 
 def test_marker_splits_context_from_question() -> None:
     split = split_messages(MESSAGES)
-    assert split == MessageSplit([CONTEXT], QUESTION, "Answer briefly.")
+    assert split == MessageSplit([CONTEXT], QUESTION, "Answer briefly.", "question_marker", (1,))
 
 
-def test_last_marker_line_wins_and_inline_marker_is_text() -> None:
-    text = "Notes: the word Question: inline stays.\nQuestion: first?\nmore notes\n  Question: second?\nsub"
-    split = split_messages([HumanMessage(text)])
-    assert split.question == "second?\nsub"
-    assert split.documents == ["Notes: the word Question: inline stays.\nQuestion: first?\nmore notes"]
-
-
-def test_history_is_context_and_system_is_prompt() -> None:
+def test_langchain_messages_map_onto_the_shared_rule() -> None:
     messages = [
         SystemMessage("Be brief."),
         HumanMessage("Ada lives in Lisbon."),
@@ -68,12 +61,9 @@ def test_history_is_context_and_system_is_prompt() -> None:
         "Bruno lives in Oslo.",
         "The museum opens at nine.",
     ]
+    assert split.sources == (1, 2, 4, 6)
     assert split.system == "Be brief.\n\nUse the notes."
-
-
-def test_messages_after_the_last_human_are_context_too() -> None:
-    split = split_messages([HumanMessage("Where is Ada?"), AIMessage("Ada is in Lisbon.")])
-    assert split == MessageSplit(["Ada is in Lisbon."], "Where is Ada?", None)
+    assert split_messages(messages, history_as_context=False).documents == ["The museum opens at nine."]
 
 
 def test_content_blocks_take_text_blocks_only() -> None:
@@ -84,27 +74,17 @@ def test_content_blocks_take_text_blocks_only() -> None:
             {"type": "text", "text": "Question: Where does Ada live?"},
         ]
     )
-    assert split_messages([message]) == MessageSplit(["Ada lives in Lisbon."], "Where does Ada live?", None)
+    split = split_messages([message])
+    assert (split.documents, split.question) == (["Ada lives in Lisbon."], "Where does Ada live?")
 
 
 def test_explicit_documents_make_the_whole_message_the_question() -> None:
     docs = [Document(page_content="Ada lives in Lisbon."), "Bruno lives in Oslo."]
     messages = [HumanMessage("earlier"), HumanMessage("Question: where?")]
     split = split_messages(messages, documents=docs)
-    assert split == MessageSplit(["Ada lives in Lisbon.", "Bruno lives in Oslo."], "Question: where?", None)
-
-
-def test_rule_knobs() -> None:
-    messages = [HumanMessage("Ada lives in Lisbon."), HumanMessage(MESSAGES[1].content)]
-    assert split_messages(messages, history_as_context=False).documents == [CONTEXT]
-    no_marker = split_messages(messages, question_marker=None)
-    assert no_marker.documents == ["Ada lives in Lisbon."]
-    assert no_marker.question == MESSAGES[1].content
-    assert split_messages([HumanMessage("Context: x\nQuestion:")]).documents == []  # empty question: no split
-
-
-def test_no_human_message_means_plain_chat() -> None:
-    assert split_messages([SystemMessage("s"), AIMessage("a")]) == MessageSplit([], "", "s")
+    assert split == MessageSplit(
+        ["Ada lives in Lisbon.", "Bruno lives in Oslo."], "Question: where?", None, "documents", (-1, -1)
+    )
 
 
 def test_custom_splitter_replaces_the_rule() -> None:

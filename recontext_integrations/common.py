@@ -1,0 +1,135 @@
+"""Glue shared by the LangChain and LlamaIndex adapters (no framework imports here).
+
+The engine cache (one loaded model per settings, whichever adapter asks), the thread bridge that
+runs the synchronous engine under an event loop, the one rendering of the evidence template, the
+evidence payload of responses and events, and the plain-chat notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from recontext_engine import Evidence, ReContextEngine, ReplayConfig
+    from recontext_engine.messages import MessageSplit
+
+T = TypeVar("T")
+logger = logging.getLogger("recontext_integrations")
+# Name of the evidence event on both sides (LangChain custom event, LlamaIndex event class name).
+EVIDENCE_EVENT = "recontext_evidence"
+
+_ENGINES: dict[tuple, Any] = {}
+_LOCKS: dict[tuple, threading.Lock] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def load_engine(model: str | None = None, *, heads: Any = "auto", device: str = "cpu") -> ReContextEngine:
+    """The engine for these settings, loaded once per process (thread-safe) and then shared.
+
+    A ``ChatReContext``, a ``ReContextLLM`` and a ``ReContextEvidencePostprocessor`` with the same
+    ``model``/``heads``/``device`` all get the same engine.
+    """
+    frozen_heads = heads if isinstance(heads, str) else tuple(tuple(pair) for pair in heads)
+    key = (model, frozen_heads, device)
+    with _REGISTRY_LOCK:
+        lock = _LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        if key not in _ENGINES:
+            from recontext_engine import ReContextEngine
+
+            _ENGINES[key] = ReContextEngine.from_pretrained(model, heads=heads, device=device)
+        return _ENGINES[key]
+
+
+def render_evidence(texts: Sequence[str], config: ReplayConfig) -> str:
+    """The evidence block exactly as the engine puts it in the prompt: ``config.evidence_template``
+    with its first ``{evidence}`` replaced by the sentences (other braces are left alone)."""
+    head, _, tail = config.evidence_template.partition("{evidence}")
+    return head + config.evidence_separator.join(texts) + tail
+
+
+def evidence_payload(evidence: Sequence[Evidence], sources: Sequence[int] = ()) -> list[dict[str, Any]]:
+    """Evidence as dicts; with ``sources`` (``MessageSplit.sources``) each names its ``message_index``."""
+    items = []
+    for item in evidence:
+        data = item.to_dict()
+        if sources:
+            data["message_index"] = sources[item.doc_index]
+        items.append(data)
+    return items
+
+
+class PlainChatNotice:
+    """Logs once per owner (a chat model) that a call found no context and chatted without replay."""
+
+    def __init__(self) -> None:
+        self._warned = False
+        self._lock = threading.Lock()
+
+    def __call__(self, owner: str, split: MessageSplit) -> None:
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        logger.warning(
+            "%s found no context in the messages (split rule %r) and answered by plain chat, without "
+            "replay. Pass documents=..., put the context before a 'Question:' line, or in the system "
+            "message. Responses say replayed=False. (Logged once per model.)",
+            owner,
+            split.rule,
+        )
+
+
+async def iterate_in_thread(
+    make: Callable[[Callable[[Any], None]], Iterator[T]],
+) -> AsyncIterator[T]:
+    """Run a blocking iterator in a worker thread and hand its items to the event loop in order.
+
+    ``make(emit)`` builds the iterator in the worker; ``emit(item)`` puts a side item (an evidence
+    event) in the same queue, so the consumer sees it before the items yielded after it. Closing
+    the async iterator early stops the worker after at most one more item and waits for it.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()
+    cancelled = threading.Event()
+
+    def put(item: tuple[bool, Any]) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop closed while the worker was still generating
+            cancelled.set()
+
+    def work() -> None:
+        iterator: Iterator[T] | None = None
+        try:
+            iterator = make(lambda item: put((False, item)))
+            for item in iterator:
+                if cancelled.is_set():
+                    break
+                put((False, item))
+        except BaseException as error:  # handed to the consumer, raised there
+            put((True, error))
+            return
+        finally:
+            close = getattr(iterator, "close", None) if iterator is not None else None
+            if close is not None:
+                close()
+        put((True, None))
+
+    worker = loop.run_in_executor(None, contextvars.copy_context().run, work)
+    try:
+        while True:
+            done, value = await queue.get()
+            if done:
+                if value is not None:
+                    raise value
+                break
+            yield value
+    finally:
+        cancelled.set()
+        await worker

@@ -1,0 +1,87 @@
+"""``ReContextCompressor``: a LangChain document compressor driven by the local model's attention."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from langchain_core.callbacks import Callbacks
+from langchain_core.documents import BaseDocumentCompressor, Document
+from pydantic import Field
+
+from recontext_engine.messages import clean_text
+
+from .selection import EngineSettings, evidence_document, is_evidence, select_evidence, source_of, with_text
+
+SENTENCE_KIND = "recontext_evidence_sentence"
+
+
+class ReContextCompressor(EngineSettings, BaseDocumentCompressor):
+    """Compress retrieved documents with ReContext, for ``ContextualCompressionRetriever`` and
+    ``DocumentCompressorPipeline`` (or ``compress_documents`` directly).
+
+    ``mode``:
+
+    - ``"append"``: the documents unchanged plus one evidence Document last (as
+      :class:`ReContextReplayer` adds it: the sentences in the engine's evidence template,
+      ``kind="recontext_evidence"``, ``spans`` and ``source_documents`` in metadata).
+    - ``"extract"``: only the evidence, one Document per sentence in document order; metadata is
+      the source document's plus ``kind="recontext_evidence_sentence"``, ``source_doc_index``,
+      ``source_id``, ``char_start``/``char_end`` (into the source ``page_content``), ``score`` and
+      ``round``.
+    - ``"rerank"``: the documents ordered by the attention mass the retrieval heads put on each
+      from the question (null-question calibrated), written to ``metadata["relevance_score"]``,
+      cut to ``top_n``; documents without text are dropped.
+
+    Page contents go to the engine as they are (no regex), form feeds and other control
+    characters turned into spaces. Evidence documents from an earlier ReContext step are dropped
+    first, so the compressor can run twice in a pipeline.
+    """
+
+    mode: Literal["append", "extract", "rerank"] = "append"
+    top_n: int | None = Field(default=None, ge=1)
+    """``rerank``: keep this many documents (None: all)."""
+
+    def compress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        documents = [d for d in documents if not is_evidence(d) and d.metadata.get("kind") != SENTENCE_KIND]
+        if not with_text(documents):
+            return []
+        if self.mode == "rerank":
+            return self._rerank(documents, query)
+        engine, config = self.get_engine(), self.selection_config()
+        evidence = select_evidence(engine, documents, query, config)
+        if self.mode == "append":
+            return [*documents, evidence_document(documents, evidence, config, engine.model_name)]
+        extracted = []
+        for item in evidence:
+            source = source_of(documents, item.doc_index)
+            metadata = {
+                **documents[item.doc_index].metadata,
+                "kind": SENTENCE_KIND,
+                "source_doc_index": item.doc_index,
+                "source_id": source.get("id"),
+                "char_start": item.char_start,
+                "char_end": item.char_end,
+                "score": item.score,
+                "round": item.round,
+            }
+            extracted.append(Document(page_content=item.text, metadata=metadata))
+        return extracted
+
+    def _rerank(self, documents: list[Document], query: str) -> list[Document]:
+        kept = [documents[i] for i in with_text(documents)]
+        scores = self.get_engine().document_scores(
+            [clean_text(d.page_content) for d in kept], query, self.selection_config()
+        )
+        ranked = sorted(zip(scores, range(len(kept))), key=lambda pair: -pair[0])
+        out = [
+            Document(
+                page_content=kept[i].page_content,
+                metadata={**kept[i].metadata, "relevance_score": s},
+                id=kept[i].id,
+            )
+            for s, i in ranked
+        ]
+        return out[: self.top_n] if self.top_n else out

@@ -1,0 +1,107 @@
+"""Evidence selection over LangChain Documents, shared by the replayer and the document compressor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.documents import Document
+from pydantic import BaseModel, Field
+
+from recontext_engine.messages import clean_text
+
+from ..common import load_engine, render_evidence
+
+if TYPE_CHECKING:
+    from recontext_engine import Evidence, ReContextEngine, ReplayConfig
+
+EVIDENCE_KIND = "recontext_evidence"
+
+
+class EngineSettings(BaseModel):
+    """The engine and selection settings of a LangChain component that selects evidence."""
+
+    engine: Any = Field(default=None, exclude=True)
+    """A loaded ``ReContextEngine``; when set, ``model``, ``heads`` and ``device`` are unused."""
+    model: str | None = None
+    heads: str | list[tuple[int, int]] = "auto"
+    device: str = "cpu"
+    rounds: int | None = None
+    top_k: int | None = None
+    replay_options: dict[str, Any] = Field(default_factory=dict)
+    """Other ``ReplayConfig`` fields used for selection (e.g. ``max_evidence``, ``unit``)."""
+
+    def get_engine(self) -> ReContextEngine:
+        """The injected engine, or the shared one for ``model``/``heads``/``device`` (loaded on first use)."""
+        if self.engine is not None:
+            return self.engine
+        return load_engine(self.model, heads=self.heads, device=self.device)
+
+    def selection_config(self) -> ReplayConfig:
+        options = dict(self.replay_options)
+        if self.rounds is not None:
+            options["rounds"] = self.rounds
+        if self.top_k is not None:
+            options["top_k"] = self.top_k
+        return self.get_engine().default_config.with_options(**options)
+
+
+def is_evidence(document: Document) -> bool:
+    """Whether ``document`` is an evidence document a ReContext component added."""
+    return document.metadata.get("kind") == EVIDENCE_KIND
+
+
+def with_text(documents: Sequence[Document]) -> list[int]:
+    """Indices of the documents that have text (the engine rejects empty ones)."""
+    return [i for i, d in enumerate(documents) if d.page_content.strip()]
+
+
+def select_evidence(
+    engine: ReContextEngine, documents: Sequence[Document], question: str, config: ReplayConfig
+) -> list[Evidence]:
+    """Evidence over ``documents`` (empty ones skipped); ``doc_index`` indexes ``documents`` itself.
+
+    Page contents are passed as they are (no regex), less control characters (same length, so the
+    char offsets slice ``page_content``).
+    """
+    kept = with_text(documents)
+    if not kept:
+        raise ValueError("evidence selection needs at least one document with text")
+    texts = [clean_text(documents[i].page_content) for i in kept]
+    return [replace(e, doc_index=kept[e.doc_index]) for e in engine.select_evidence(texts, question, config)]
+
+
+def source_of(documents: Sequence[Document], index: int) -> dict[str, Any]:
+    """``doc_index`` plus the ``id`` and ``source`` metadata of a document, where it has them."""
+    source: dict[str, Any] = {"doc_index": index}
+    document = documents[index]
+    if document.id is not None:
+        source["id"] = document.id
+    if "source" in document.metadata:
+        source["source"] = document.metadata["source"]
+    return source
+
+
+def evidence_document(
+    documents: Sequence[Document], evidence: Sequence[Evidence], config: ReplayConfig, model: str
+) -> Document:
+    """The replayed sentences as one Document in the engine's evidence template, with provenance."""
+    spans = [
+        {
+            "doc_index": e.doc_index,
+            "char_start": e.char_start,
+            "char_end": e.char_end,
+            "score": e.score,
+            "round": e.round,
+        }
+        for e in evidence
+    ]
+    sources = sorted({e.doc_index for e in evidence})
+    metadata = {
+        "kind": EVIDENCE_KIND,
+        "source_documents": [source_of(documents, i) for i in sources],
+        "spans": spans,
+        "model": model,
+    }
+    return Document(page_content=render_evidence([e.text for e in evidence], config), metadata=metadata)
