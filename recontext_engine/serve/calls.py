@@ -58,7 +58,9 @@ def chat_call(engine: ReContextEngine, defaults: ReplayConfig, body: ChatComplet
     split = split_messages(messages, documents=body.documents)
     if body.documents is not None and not split.question:
         raise APIError(
-            400, "With documents, the last user message is the question, and there is none", param="messages"
+            400,
+            "With documents, the question is the last user message, and it is missing or empty",
+            param="messages",
         )
     if split.replays:
         if split.system:

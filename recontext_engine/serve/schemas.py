@@ -78,6 +78,15 @@ class ChatCompletionRequest(_Strict):
     documents: list[str] | None = None
     recontext: ReContextOptions | None = None
 
+    @field_validator("stop", mode="plain")
+    @classmethod
+    def _stop(cls, value: Any) -> str | list[str] | None:
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, list) and all(isinstance(s, str) for s in value):
+            return value
+        raise ValueError("stop must be a string or a list of strings")
+
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
