@@ -195,3 +195,16 @@ def test_disconnect_mid_stream_cancels_the_generation(server) -> None:
     assert now["active"] == 0 and now["cancelled"] == before["cancelled"] + 1
     assert now["completed"] == before["completed"]
     assert now["generated_pieces"] - before["generated_pieces"] < 100  # far from the 400 asked for
+
+
+def test_a_client_that_gives_up_waiting_cancels_its_request(server) -> None:
+    before = server.health()["requests"]
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a long story about a dog."}],
+            "max_tokens": 400}  # fmt: skip
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=3)
+    deadline = time.monotonic() + 60
+    while (now := server.health()["requests"])["active"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert now["active"] == 0 and now["cancelled"] == before["cancelled"] + 1
+    assert now["generated_pieces"] - before["generated_pieces"] < 200
