@@ -20,7 +20,7 @@ from .calls import chat_call, evidence_call
 from .errors import APIError, install_error_handlers
 from .responses import DONE, Completion, evidence_list, sse
 from .schemas import ChatCompletionRequest, EvidenceRequest, parse_body
-from .worker import ClientGone, ServerStats, ThreadedStream, run_in_worker
+from .worker import Cancelled, RequestTracker, ThreadedStream, run_in_worker
 
 log = logging.getLogger("recontext.serve")
 CLIENT_CLOSED = 499  # nginx's status for a request whose client went away; nobody reads it
@@ -40,15 +40,16 @@ def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) 
     """An ASGI app serving ``engine`` in the OpenAI format (run it with uvicorn)."""
     settings = settings or ServerSettings(model_id=engine.model_name or "recontext")
     executor = ThreadPoolExecutor(settings.max_concurrency, thread_name_prefix="recontext-serve")
-    stats = ServerStats()
+    tracker = RequestTracker()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
+        tracker.cancel_all()
         executor.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="recontext", lifespan=lifespan)
-    app.state.stats = stats
+    app.state.tracker = tracker
     install_error_handlers(app)
     api = APIRouter(prefix="/v1", dependencies=[Depends(_authorizer(settings.api_key))])
 
@@ -63,7 +64,7 @@ def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) 
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": settings.model_id, "requests": stats.snapshot()}
+        return {"status": "ok", "model": settings.model_id, "requests": tracker.snapshot()}
 
     @api.get("/models")
     async def models() -> dict[str, Any]:
@@ -80,13 +81,13 @@ def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) 
         check_model(body.model)
         start = chat_call(engine, settings.defaults, body)
         completion = Completion(settings.model_id)
-        work = ThreadedStream(start, executor, stats)
+        work = ThreadedStream(start, executor, tracker)
         if body.stream:
             return await _streamed(request, work, completion, body.include_usage)
         try:
             async for _ in work.pieces(request.is_disconnected):
                 pass
-        except ClientGone:
+        except Cancelled:
             return Response(status_code=CLIENT_CLOSED)
         assert work.result is not None
         return _json(completion.full(work.result))
@@ -111,7 +112,7 @@ async def _streamed(
         first: str | None = await anext(pieces)
     except StopAsyncIteration:
         first = None
-    except ClientGone:
+    except Cancelled:
         return Response(status_code=CLIENT_CLOSED)
 
     async def events() -> AsyncIterator[str]:
@@ -121,7 +122,7 @@ async def _streamed(
                 yield sse(completion.chunk({"content": first}, include_usage=include_usage))
                 async for piece in pieces:
                     yield sse(completion.chunk({"content": piece}, include_usage=include_usage))
-        except ClientGone:
+        except Cancelled:
             return
         except Exception as exc:  # after the 200 status line: the error goes in the stream
             error = APIError.from_engine(exc) if isinstance(exc, ReContextError) else None

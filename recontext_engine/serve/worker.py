@@ -23,8 +23,8 @@ _END = object()
 POLL_SECONDS = 0.25  # how often a waiting request checks that its client is still there
 
 
-class ClientGone(Exception):
-    """The client disconnected; its generation was cancelled."""
+class Cancelled(Exception):
+    """The request was cancelled: its client went away, or the server is shutting down."""
 
 
 @dataclass
@@ -33,8 +33,8 @@ class Failure:
 
 
 @dataclass
-class ServerStats:
-    """Request counts, reported by ``GET /health`` (thread-safe)."""
+class RequestTracker:
+    """Request counts, reported by ``GET /health``, and the cancel flags of running requests (thread-safe)."""
 
     active: int = 0
     completed: int = 0
@@ -42,11 +42,29 @@ class ServerStats:
     failed: int = 0
     generated_pieces: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _running: set[threading.Event] = field(default_factory=set, repr=False)
 
     def count(self, **changes: int) -> None:
         with self._lock:
             for name, delta in changes.items():
                 setattr(self, name, getattr(self, name) + delta)
+
+    def started(self, cancel: threading.Event) -> None:
+        with self._lock:
+            self.active += 1
+            self._running.add(cancel)
+
+    def finished(self, cancel: threading.Event, outcome: str) -> None:
+        with self._lock:
+            self.active -= 1
+            setattr(self, outcome, getattr(self, outcome) + 1)
+            self._running.discard(cancel)
+
+    def cancel_all(self) -> None:
+        """At shutdown: every running request stops at its next step."""
+        with self._lock:
+            for cancel in self._running:
+                cancel.set()
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
@@ -59,14 +77,16 @@ class ThreadedStream:
     Call within a running event loop. ``result`` is set once the stream is exhausted.
     """
 
-    def __init__(self, start: Callable[[], ReplayStream], executor: Executor, stats: ServerStats) -> None:
+    def __init__(
+        self, start: Callable[[], ReplayStream], executor: Executor, tracker: RequestTracker
+    ) -> None:
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._cancel = threading.Event()
-        self._stats = stats
+        self._tracker = tracker
         self._done = False
         self.result: ReplayResult | None = None
-        stats.count(active=1)
+        tracker.started(self._cancel)
         self._future = self._loop.run_in_executor(executor, self._work, start)
 
     def _put(self, item: Any) -> None:
@@ -78,14 +98,23 @@ class ThreadedStream:
     def _work(self, start: Callable[[], ReplayStream]) -> None:
         outcome = "failed"
         try:
+            if self._cancel.is_set():  # the client left while the request waited for a worker
+                outcome = "cancelled"
+                self._put(Failure(Cancelled()))
+                return
             stream = start()
             try:
-                for piece in stream:
-                    if self._cancel.is_set():
-                        outcome = "cancelled"
-                        return
-                    self._stats.count(generated_pieces=1)
+                # Checked before each step: a client gone during prefill skips selection too.
+                while not self._cancel.is_set():
+                    piece = next(stream, None)
+                    if piece is None:
+                        break
+                    self._tracker.count(generated_pieces=1)
                     self._put(piece)
+                else:
+                    outcome = "cancelled"
+                    self._put(Failure(Cancelled()))  # a consumer still waiting ends too
+                    return
             finally:
                 stream.close()  # ends the engine's generation if it was not exhausted
             self.result = stream.result
@@ -94,13 +123,13 @@ class ThreadedStream:
         except BaseException as exc:  # handed to the event loop, which answers with an error object
             self._put(Failure(exc))
         finally:
-            self._stats.count(active=-1, **{outcome: 1})
+            self._tracker.finished(self._cancel, outcome)
 
     def cancel(self) -> None:
         self._cancel.set()
 
     async def pieces(self, disconnected: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[str]:
-        """Text pieces as they come; raises the engine's error, or :class:`ClientGone`.
+        """Text pieces as they come; raises the engine's error, or :class:`Cancelled`.
 
         Leaving the iteration early (the consumer stopped, or the client went away) cancels the work.
         """
@@ -112,7 +141,7 @@ class ThreadedStream:
                 done, _ = await asyncio.wait({getter}, timeout=POLL_SECONDS)
                 if not done:
                     if disconnected is not None and await disconnected():
-                        raise ClientGone
+                        raise Cancelled
                     continue
                 item, getter = getter.result(), None
                 if item is _END:

@@ -21,7 +21,7 @@ from recontext_engine.serve.calls import chat_config
 from recontext_engine.serve.errors import APIError
 from recontext_engine.serve.responses import Completion
 from recontext_engine.serve.schemas import ChatCompletionRequest, parse_body
-from recontext_engine.serve.worker import ServerStats, ThreadedStream
+from recontext_engine.serve.worker import Cancelled, RequestTracker, ThreadedStream
 
 from .conftest import ROOT
 
@@ -63,8 +63,8 @@ def replay_stream(pieces: list[str], closed: threading.Event, fail: Exception | 
     return stream
 
 
-def collect(start, stop_after: int | None = None) -> tuple[list[str], ServerStats]:
-    stats = ServerStats()
+def collect(start, stop_after: int | None = None) -> tuple[list[str], RequestTracker]:
+    stats = RequestTracker()
 
     async def consume() -> list[str]:
         work = ThreadedStream(start, executor, stats)
@@ -89,23 +89,41 @@ def test_worker_hands_over_every_piece_in_order() -> None:
     assert (snapshot["active"], snapshot["completed"], snapshot["generated_pieces"]) == (0, 1, 2000)
 
 
+def slow_stream(closed: threading.Event) -> ReplayStream:
+    def generate() -> Iterator[str]:
+        try:
+            for i in range(10_000):
+                time.sleep(0.01)
+                yield str(i)
+        finally:
+            closed.set()
+
+    return ReplayStream(generate())
+
+
 def test_leaving_early_closes_the_engine_stream() -> None:
     closed = threading.Event()
-
-    def slow() -> ReplayStream:
-        def generate() -> Iterator[str]:
-            try:
-                for i in range(10_000):
-                    time.sleep(0.01)
-                    yield str(i)
-            finally:
-                closed.set()
-
-        return ReplayStream(generate())
-
-    got, stats = collect(slow, stop_after=3)
+    got, stats = collect(lambda: slow_stream(closed), stop_after=3)
     assert got == ["0", "1", "2"] and closed.wait(5)
     assert stats.snapshot()["cancelled"] == 1 and stats.snapshot()["generated_pieces"] < 10_000
+
+
+def test_shutdown_cancels_running_requests_and_their_waiting_consumers() -> None:
+    closed, tracker = threading.Event(), RequestTracker()
+
+    async def consume() -> int:
+        work = ThreadedStream(lambda: slow_stream(closed), executor, tracker)
+        got = 0
+        with pytest.raises(Cancelled):
+            async for _ in work.pieces():
+                got += 1
+                if got == 2:
+                    tracker.cancel_all()
+        return got
+
+    with ThreadPoolExecutor(1) as executor:
+        assert asyncio.run(consume()) < 100
+    assert closed.is_set() and tracker.snapshot()["cancelled"] == 1
 
 
 def test_engine_errors_reach_the_event_loop() -> None:
