@@ -90,14 +90,16 @@ def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) 
         except Cancelled:
             return Response(status_code=CLIENT_CLOSED)
         assert work.result is not None
-        return _json(completion.full(work.result))
+        return JSONResponse(completion.full(work.result))
 
     @api.post("/evidence")
     async def evidence(request: Request) -> Response:
         body = parse_body(await request.body(), EvidenceRequest)
         check_model(body.model)
         chosen = await run_in_worker(evidence_call(engine, settings.defaults, body), executor)
-        return _json({"object": "evidence", "model": settings.model_id, "evidence": evidence_list(chosen)})
+        return JSONResponse(
+            {"object": "evidence", "model": settings.model_id, "evidence": evidence_list(chosen)}
+        )
 
     app.include_router(api)
     return app
@@ -142,10 +144,6 @@ async def _streamed(
 
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
-
-
-def _json(payload: dict[str, Any]) -> Response:
-    return JSONResponse(payload)
 
 
 def _model_card(name: str) -> dict[str, Any]:

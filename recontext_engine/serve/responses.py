@@ -37,7 +37,7 @@ def replay_fields(result: ReplayResult) -> dict[str, Any]:
 
 
 def sse(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
 
 @dataclass
