@@ -1,4 +1,4 @@
-"""The ``recontext`` command line: ``ask``, ``heads detect``/``heads eval`` and ``bench``."""
+"""The ``recontext`` command line: ``ask``, ``heads detect``/``heads eval``, ``bench`` and ``serve``."""
 
 from __future__ import annotations
 
@@ -137,12 +137,21 @@ def _add_bench(commands) -> None:
     bench.set_defaults(run=bench_cli.main)
 
 
+def _add_serve(commands) -> None:
+    from .serve import cli as serve_cli
+
+    serve = commands.add_parser("serve", help="an OpenAI-compatible HTTP server (extra 'serve')")
+    serve_cli.add_arguments(serve)
+    serve.set_defaults(run=serve_cli.main)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="recontext", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     _add_ask(commands)
     _add_heads(commands)
     _add_bench(commands)
+    _add_serve(commands)
     return parser
 
 

@@ -1,0 +1,12 @@
+"""``recontext serve``: an OpenAI-compatible HTTP server over one :class:`~recontext_engine.ReContextEngine`.
+
+Needs the ``serve`` extra (FastAPI, uvicorn). Importing this package imports neither: the CLI hook
+(:mod:`.cli`) loads them when the command runs. ``create_app`` is in :mod:`.app`.
+
+- :mod:`.schemas`: request bodies (pydantic) and their parsing from raw bytes.
+- :mod:`.calls`: what engine call a request becomes (documents, the messages rule, per-request options).
+- :mod:`.worker`: the synchronous engine in worker threads, with cancellation.
+- :mod:`.responses`: OpenAI response, chunk and usage objects.
+- :mod:`.errors`: OpenAI error objects and the handlers that send them.
+- :mod:`.app`: the routes. :mod:`.cli`: the ``serve`` subcommand.
+"""

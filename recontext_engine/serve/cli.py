@@ -1,0 +1,104 @@
+"""The ``recontext serve`` subcommand: load the engine once, then serve it with uvicorn.
+
+FastAPI and uvicorn (the ``serve`` extra) are imported when the command runs, not when the
+parser is built, so the other subcommands work without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+
+from ..errors import BackendUnavailableError, ReContextError
+
+API_KEY_ENV = "RECONTEXT_API_KEY"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", default=None, help="hub id, local folder or .gguf (default: embedded SmolLM2)"
+    )
+    parser.add_argument("--backend", default="transformers", choices=["transformers", "vllm"])
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)"
+    )
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}, else none)",
+    )
+    parser.add_argument("--rounds", type=int, default=None, help="default replay rounds R (default 2)")
+    parser.add_argument(
+        "--top-k", type=int, default=None, help="default top-K sentences per round (default 4)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=None, help="default max_tokens per request (default 128)"
+    )
+    parser.add_argument("--heads", default="auto", help="'auto' or a head-set JSON file")
+    parser.add_argument("--device", default=None, help="transformers device (default cpu)")
+    parser.add_argument(
+        "--served-model-name", default=None, help="model id to report (default: the model's name)"
+    )
+    parser.add_argument(
+        "--max-concurrency", type=int, default=64, help="requests run at once (worker threads)"
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind before loading the model, so a busy port is one clear error, not a late uvicorn exit."""
+    if not 0 <= port <= 65535:
+        raise ReContextError(f"--port must be between 0 and 65535, got {port}")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ReContextError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from .app import ServerSettings, create_app
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"recontext serve needs the 'serve' extra ({exc.name} is missing): pip install 'recontext[serve]'"
+        ) from None
+    from ..config import ReplayConfig
+    from ..engine import ReContextEngine
+
+    options = {"rounds": args.rounds, "top_k": args.top_k, "max_new_tokens": args.max_tokens}
+    defaults = ReplayConfig().with_options(**{k: v for k, v in options.items() if v is not None})
+    if args.max_concurrency < 1:
+        raise ReContextError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    sock = _listen(args.host, args.port)
+    engine = ReContextEngine.from_pretrained(
+        args.model, heads=args.heads, device=args.device, backend=args.backend, default_config=defaults
+    )
+    settings = ServerSettings(
+        model_id=args.served_model_name or engine.model_name or "recontext",
+        api_key=api_key,
+        defaults=defaults,
+        max_concurrency=args.max_concurrency,
+    )
+    if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"recontext serve: warning: listening on {args.host} with no --api-key", file=sys.stderr)
+    host, port = sock.getsockname()[:2]
+    print(f"recontext serve: {settings.model_id} on http://{host}:{port}/v1", file=sys.stderr, flush=True)
+    config = uvicorn.Config(
+        create_app(engine, settings), log_level=args.log_level, timeout_graceful_shutdown=5
+    )
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0

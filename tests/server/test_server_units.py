@@ -1,0 +1,173 @@
+"""Fast checks without the model: lazy imports, the CLI's early errors, the worker bridge, request
+mapping and where the evidence goes in a stream."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from recontext_engine import InputError, ReplayConfig, ReplayStream
+from recontext_engine.cli import main
+from recontext_engine.results import Evidence, ReplayResult, Usage
+from recontext_engine.serve.calls import chat_config
+from recontext_engine.serve.errors import APIError
+from recontext_engine.serve.responses import Completion
+from recontext_engine.serve.schemas import ChatCompletionRequest, parse_body
+from recontext_engine.serve.worker import Cancelled, RequestTracker, ThreadedStream
+
+from .conftest import ROOT
+
+RESULT = ReplayResult("ok", [Evidence("A fact.", 0, 0, 7, 0.5, 1)], Usage(10, 2))
+
+
+def test_importing_the_engine_and_the_cli_loads_no_server_stack() -> None:
+    code = (
+        "import sys, recontext_engine, recontext_engine.cli, recontext_engine.serve.cli;"
+        "recontext_engine.cli.build_parser();"
+        "print(sorted(m for m in ('fastapi', 'uvicorn', 'starlette') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_busy_port_and_bad_defaults_fail_before_the_model_loads(capsys) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert main(["serve", "--rounds", "9"]) == 2
+    assert "rounds must be between 0 and 8" in capsys.readouterr().err
+
+
+def replay_stream(pieces: list[str], closed: threading.Event, fail: Exception | None = None) -> ReplayStream:
+    def generate() -> Iterator[str]:
+        try:
+            yield from pieces
+            if fail is not None:
+                raise fail
+        finally:
+            closed.set()
+
+    stream = ReplayStream(generate())
+    stream.result = RESULT
+    return stream
+
+
+def collect(start, stop_after: int | None = None) -> tuple[list[str], RequestTracker]:
+    stats = RequestTracker()
+
+    async def consume() -> list[str]:
+        work = ThreadedStream(start, executor, stats)
+        got = []
+        async for piece in work.pieces():
+            got.append(piece)
+            if len(got) == stop_after:
+                break
+        return got
+
+    with ThreadPoolExecutor(2) as executor:
+        got = asyncio.run(consume())
+    return got, stats
+
+
+def test_worker_hands_over_every_piece_in_order() -> None:
+    closed = threading.Event()
+    pieces = [f"{i} " for i in range(2000)]
+    got, stats = collect(lambda: replay_stream(pieces, closed))
+    assert got == pieces and closed.is_set()
+    snapshot = stats.snapshot()
+    assert (snapshot["active"], snapshot["completed"], snapshot["generated_pieces"]) == (0, 1, 2000)
+
+
+def slow_stream(closed: threading.Event) -> ReplayStream:
+    def generate() -> Iterator[str]:
+        try:
+            for i in range(10_000):
+                time.sleep(0.01)
+                yield str(i)
+        finally:
+            closed.set()
+
+    return ReplayStream(generate())
+
+
+def test_leaving_early_closes_the_engine_stream() -> None:
+    closed = threading.Event()
+    got, stats = collect(lambda: slow_stream(closed), stop_after=3)
+    assert got == ["0", "1", "2"] and closed.wait(5)
+    assert stats.snapshot()["cancelled"] == 1 and stats.snapshot()["generated_pieces"] < 10_000
+
+
+def test_shutdown_cancels_running_requests_and_their_waiting_consumers() -> None:
+    closed, tracker = threading.Event(), RequestTracker()
+
+    async def consume() -> int:
+        work = ThreadedStream(lambda: slow_stream(closed), executor, tracker)
+        got = 0
+        with pytest.raises(Cancelled):
+            async for _ in work.pieces():
+                got += 1
+                if got == 2:
+                    tracker.cancel_all()
+        return got
+
+    with ThreadPoolExecutor(1) as executor:
+        assert asyncio.run(consume()) < 100
+    assert closed.is_set() and tracker.snapshot()["cancelled"] == 1
+
+
+def test_engine_errors_reach_the_event_loop() -> None:
+    closed = threading.Event()
+    with pytest.raises(InputError, match="bad text"):
+        collect(lambda: replay_stream(["a"], closed, InputError("bad text")))
+    assert closed.is_set()
+
+
+def body(**fields) -> ChatCompletionRequest:
+    return ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "Hi"}], **fields})
+
+
+def test_request_fields_map_onto_the_replay_config() -> None:
+    config = chat_config(
+        ReplayConfig(rounds=2, top_k=4, max_new_tokens=50),
+        body(max_tokens=40, max_completion_tokens=8, stop="END", temperature=0.5, seed=3,
+             recontext={"rounds": 1}),
+    )  # fmt: skip
+    assert (config.max_new_tokens, config.stop, config.temperature, config.seed) == (8, ("END",), 0.5, 3)
+    assert (config.rounds, config.top_k) == (1, 4)
+    assert chat_config(ReplayConfig(max_new_tokens=50), body()).max_new_tokens == 50
+    with pytest.raises(APIError) as raised:
+        chat_config(ReplayConfig(), body(recontext={"top_k": 0}))
+    assert raised.value.status == 400 and raised.value.param == "recontext"
+
+
+def test_content_parts_and_developer_role() -> None:
+    parsed = parse_body(
+        b'{"messages": [{"role": "developer", "content": "Be brief."},'
+        b' {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}',
+        ChatCompletionRequest,
+    )
+    assert [m.plain() for m in parsed.messages] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "a\nb"},
+    ]
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_the_evidence_rides_on_the_last_chunk(include_usage: bool) -> None:
+    chunks = Completion("m").closing_chunks(RESULT, include_usage)
+    assert [("evidence" in c) for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert chunks[0]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["replayed"] is True and chunks[-1]["evidence"][0]["text"] == "A fact."
+    if include_usage:
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] == 12
