@@ -19,6 +19,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ["recontext_engine", "recontext_integrations", "cookbook", "scripts", "tests"]
 FIRST_PARTY = {"recontext_engine", "recontext_integrations", "tests", "cookbook", "scripts"}
@@ -64,6 +66,15 @@ def providers_of(module: str) -> tuple[str, ...]:
     return tuple(metadata.packages_distributions().get(module, ()))
 
 
+def project_requirements(extras: frozenset[str]) -> list[str]:
+    """The project's own requirements with these extras, read from pyproject.toml (never stale)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    lines = list(project["dependencies"])
+    for extra in extras:
+        lines += project["optional-dependencies"][extra]
+    return lines
+
+
 @cache
 def declared_closure() -> frozenset[str]:
     """Canonical names of every distribution that installing ``recontext[test]`` brings in."""
@@ -76,10 +87,14 @@ def declared_closure() -> frozenset[str]:
             continue
         seen.add((dist, extras))
         names.add(dist)
-        try:
-            requires = metadata.requires(dist) or []
-        except metadata.PackageNotFoundError:
-            continue  # declared but not installed: reported by the import check below
+        if dist == "recontext":
+            requires = project_requirements(extras)
+            extras = frozenset()  # already applied
+        else:
+            try:
+                requires = metadata.requires(dist) or []
+            except metadata.PackageNotFoundError:
+                continue  # declared but not installed: reported by the import check below
         for line in requires:
             req = Requirement(line)
             environments = [{"extra": e} for e in extras] or [{"extra": ""}]

@@ -142,7 +142,7 @@ def test_the_graph_sees_relative_and_function_level_imports() -> None:
     graph = import_graph(module_files())
     assert "recontext_engine.config" in graph["recontext_engine.engine"]  # from .config import ...
     assert "recontext_engine.backends" in graph["recontext_engine.engine"]  # inside from_pretrained
-    assert "recontext_engine" in graph["recontext_integrations.langchain.chat_models"]
+    assert "recontext_engine.messages" in graph["recontext_integrations.langchain.chat_models"]
 
 
 def test_finds_a_cycle_when_there_is_one() -> None:

@@ -32,14 +32,16 @@ EXPECTED_ALL = {
     ),
     "recontext_integrations.langchain": _names(
         """
-        EVIDENCE_KIND ChatReContext MessageSplit ReContextReplayer chat_messages
-        format_replay_prompt is_evidence load_engine split_messages
+        EVIDENCE_EVENT EVIDENCE_KIND SENTENCE_KIND ChatReContext MessageSplit ReContextCompressor
+        ReContextReplayer as_dicts chat_messages format_replay_prompt is_evidence load_engine
+        split_messages
         """
     ),
     "recontext_integrations.llama_index": _names(
         """
-        DEFAULT_SPLIT_PATTERNS EVIDENCE_KEY PromptSplit ReContextEvidencePostprocessor
-        ReContextLLM SplitPattern evidence_node split_prompt
+        DEFAULT_SPLIT_PATTERNS EVIDENCE_KEY SENTENCE_KEY PromptSplit ReContextEvidenceEvent
+        ReContextEvidencePostprocessor ReContextLLM SplitPattern clean_text evidence_node
+        sentence_node split_prompt
         """
     ),
 }
