@@ -160,6 +160,7 @@ class BenchSettings:
     helmet: tuple[str, ...] = ()
     model: str | None = None
     device: str = "cpu"
+    backend: str = "transformers"
     threads: int | None = None
     steady_memory: bool = False  # the command line turns it on outside quick mode
     progress: bool = True
@@ -246,6 +247,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument("--model", help="model id or folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--backend", default="transformers", help="transformers (default) or vllm")
     parser.add_argument(
         "--threads", type=int, help="torch CPU threads (fewer than the cores helps on a shared machine)"
     )
@@ -279,6 +281,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         helmet=tuple(args.helmet or ()),
         model=args.model,
         device=args.device,
+        backend=args.backend,
         threads=args.threads,
         steady_memory=bool(args.steady_memory) or not quick,
         progress=not args.no_progress,
@@ -454,7 +457,9 @@ def run_bench(settings: BenchSettings, engine: Any | None = None) -> dict[str, A
     if engine is None:
         from .. import ReContextEngine
 
-        engine = ReContextEngine.from_pretrained(settings.model, device=settings.device)
+        engine = ReContextEngine.from_pretrained(
+            settings.model, device=settings.device, backend=settings.backend
+        )
     device = _engine_device(engine)
     base = engine.default_config.with_options(max_new_tokens=settings.max_new_tokens)
     ctx = MethodContext(engine, base, settings.budget, settings.recontext_options())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +78,8 @@ class VLLMBackend:
         self._installed = False
         self._recent: OrderedDict[tuple, torch.Tensor] = OrderedDict()
         self.salted_reads = 0  # reads that needed the salted retry
+        # (kind, prompt tokens, tokens vLLM took from its prefix cache) of the latest requests
+        self.prefix_hits: deque[tuple[str, int, int]] = deque(maxlen=64)
 
     @property
     def window(self) -> int:
@@ -115,6 +117,9 @@ class VLLMBackend:
             cache.prefix_ids[:prefix_len] + list(suffix_ids), heads, min(cue_window, len(suffix_ids))
         )
 
+    def _record_hit(self, kind: str, length: int, output: Any) -> None:
+        self.prefix_hits.append((kind, length, int(getattr(output, "num_cached_tokens", 0) or 0)))
+
     def _install(self) -> None:
         """Wrap vLLM's attention layers in every worker (once); refuse what cannot be read."""
         if self._installed:
@@ -142,7 +147,8 @@ class VLLMBackend:
             for salt in (None, uuid.uuid4().hex):
                 self.llm.collective_rpc("recontext_arm", args=(spec,))
                 prompt = self._prompt(prompt_token_ids=ids, **({"cache_salt": salt} if salt else {}))
-                self.router.run([self.router.add(prompt, params)])
+                request_id = self.router.add(prompt, params)
+                self._record_hit("read", len(ids), self.router.run([request_id])[request_id])
                 results = self.llm.collective_rpc("recontext_collect")
                 rows, problems = merge_rank_results(results, heads, w, len(ids))
                 if rows is not None:
@@ -174,13 +180,15 @@ class VLLMBackend:
         seen, finished = 0, False
         try:
             for output in self.router.outputs(request_id):
+                if not seen:  # the prompt was computed in the first step
+                    self._record_hit("generate", len(ids), output)
                 fresh = new_token_ids(output, seen)
                 seen += len(fresh)
+                finished = output.finished
                 for token in fresh:
                     if token in eos_ids:
                         return
                     yield token
-                finished = output.finished
         finally:
             if not finished:
                 self.router.abort(request_id)
