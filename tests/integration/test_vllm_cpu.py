@@ -102,27 +102,49 @@ def test_prefix_cache_reuse_across_rounds_and_questions(vllm_engine):
     backend = vllm_engine.backend
     document = planted_document("The red door opens at dusk.", sentences=60, depth=0.5, seed=7)
     block = 128  # vLLM's CPU block size by default: only whole blocks are cached
+    backend.prefix_hits.clear()
     vllm_engine.answer(document, "When does the red door open?", CONFIG)
-    first = list(backend.prefix_hits)[-4:]  # question read, null read, round 2 reads, generation
+    first = list(backend.prefix_hits)  # question read, null read, round 2 reads, generation
     request = vllm_engine._start(document, "When does the red door open?", CONFIG)
     context = len(request.prefix.ids)
     # round 1 computes the context; every later pass of the call takes it from the cache
+    assert first[0][0] == "read" and first[-1][0] == "generate" and len(first) >= 3
+    assert first[0][2] < context - block  # the first pass computes the context
     assert all(cached >= context - block for _, _, cached in first[1:])
+    backend.prefix_hits.clear()
     vllm_engine.select_evidence(document, "What opens at dusk?", CONFIG.with_options(rounds=1))
-    kind, _, cached = backend.prefix_hits[-2]  # another question: its first read reuses the context
-    assert kind == "read" and cached >= context - block
+    # another question: its read reuses the context (the null read's rows are remembered, no request)
+    fresh = list(backend.prefix_hits)
+    assert [kind for kind, _, _ in fresh] == ["read"]
+    assert fresh[0][2] >= context - block
 
 
 def test_salted_retry_when_the_prompt_is_already_cached(engine, vllm_engine):
+    """A read of a prompt a generation computed before: vLLM caches whole blocks, so when fewer than
+    ``cue_window`` tokens follow the prompt's last whole block, the cue queries are never computed
+    again and the read retries with a fresh cache salt."""
     fact, question, _, _ = CASES[1]
-    document = planted_document(fact, sentences=50, depth=0.4, seed=11)
     config = ReplayConfig(rounds=1, top_k=4, max_new_tokens=4, null_calibration=False)
+    block = vllm_engine.backend.llm.llm_engine.vllm_config.cache_config.block_size
+    for sentences in range(30, 200):  # a document whose [C; q] prompt ends just after a whole block
+        document = planted_document(fact, sentences=sentences, depth=0.4, seed=11)
+        request = vllm_engine._start(document, question, config)
+        length = len(request.prefix.ids) + len(
+            vllm_engine.prompts.suffix(request.prefix, question, [], config).ids
+        )
+        if length % block < config.cue_window:
+            break
+    else:
+        pytest.fail(
+            f"no document length leaves fewer than {config.cue_window} tokens after a block of {block}"
+        )
     vllm_engine.answer(document, question, config.with_options(rounds=0))  # computes [C; q] entirely
     before = vllm_engine.backend.salted_reads
     got = vllm_engine.select_evidence(document, question, config)  # the read prompt is that same [C; q]
     assert vllm_engine.backend.salted_reads == before + 1
     want = engine.select_evidence(document, question, config)
     assert [(e.char_start, e.char_end) for e in got] == [(e.char_start, e.char_end) for e in want]
+    assert fact in [e.text for e in got]
 
 
 def test_bad_input_gets_one_clear_error_and_the_engine_goes_on(vllm_engine):
@@ -136,3 +158,29 @@ def test_bad_input_gets_one_clear_error_and_the_engine_goes_on(vllm_engine):
         vllm_engine.answer("Some context.", "What?", rounds=-1)
     result = vllm_engine.answer(case_document(0), CASES[0][1], CONFIG)
     assert "4172" in result.text
+
+
+def test_tensor_parallel_evidence_equals_one_worker(vllm_engine, monkeypatch):
+    """The embedded model has 9 query and 3 key heads, so TP=2 is refused by vLLM itself ("Total
+    number of attention heads (9) must be divisible by tensor parallel size (2)"); TP=3 splits them
+    into 3 ranks of 3 query heads and 1 key head, each scoring its own heads."""
+    from recontext_engine import ReContextEngine
+
+    # vLLM's CPU build binds each rank to its own NUMA node by default; one node here
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    sharded = ReContextEngine.from_pretrained(
+        backend="vllm",
+        tensor_parallel_size=3,
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=4096,
+        kv_cache_memory_bytes=256 << 20,
+    )
+    fact, question, _, _ = CASES[0]
+    document = case_document(0)
+    want = vllm_engine.select_evidence(document, question, CONFIG)
+    got = sharded.select_evidence(document, question, CONFIG)
+    assert [(e.char_start, e.char_end, e.round) for e in got] == [
+        (e.char_start, e.char_end, e.round) for e in want
+    ]
+    assert fact in [e.text for e in got]

@@ -45,6 +45,44 @@ from tests.paged_helpers import CUE, all_heads, random_ids, record_queries_keys,
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# -- the backend contract and registry ------------------------------------------------------------
+
+
+def test_registry_resolves_names_lazily_and_refuses_duplicates():
+    from recontext_engine import protocol
+
+    assert {"transformers", "vllm"} <= set(protocol.backend_names())
+    assert protocol.backend_factory("transformers").__name__ == "create_transformers_runtime"
+    with pytest.raises(ReContextError, match="unknown backend 'nope'"):
+        create_backend("nope", None)
+    with pytest.raises(ReContextError, match="already registered"):
+        protocol.register_backend("vllm", lambda model, **options: None)
+    calls = []
+    protocol.register_backend("test-echo", lambda model, **options: calls.append((model, options)))
+    try:
+        create_backend("test-echo", "m", device="cpu")
+        assert calls == [("m", {"device": "cpu"})]
+    finally:
+        protocol._REGISTRY.pop("test-echo")
+
+
+def test_both_backends_satisfy_the_protocol():
+    from recontext_engine.protocol import Backend, BatchBackend
+    from tests.paged_helpers import backend as tiny_backend
+
+    transformers_backend = tiny_backend("llama")
+    assert isinstance(transformers_backend, Backend) and not isinstance(transformers_backend, BatchBackend)
+    assert transformers_backend.eos_ids == {2}
+    vllm_backend = VLLMBackend(
+        fake_llm(CountingEngine()),
+        ModelInfo(SimpleNamespace(eos_token_id=2), SimpleNamespace(eos_token_id=None)),
+        sampling_params=FakeParams,
+        tokens_prompt=dict,
+        window=64,
+    )
+    assert isinstance(vllm_backend, BatchBackend)
+
+
 # -- availability, options ------------------------------------------------------------------------
 
 
