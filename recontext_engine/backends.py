@@ -1,37 +1,32 @@
-"""Backend factory: a name (``"transformers"``, ``"vllm"``) to a ready runtime."""
+"""Backend factory: a name (``"transformers"``, ``"vllm"``, or a registered one) to a ready runtime.
+
+The contract and the registry live in :mod:`recontext_engine.protocol`; this module keeps the
+names importable from where they always were and builds the transformers runtime.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from .errors import ReContextError
+from .protocol import Runtime, backend_factory, register_backend
+
+__all__ = ["Runtime", "create_backend", "create_transformers_runtime", "register_backend"]
 
 
-@dataclass
-class Runtime:
-    backend: Any  # prefill / read / generate / window
-    readout: Any  # the backend used for head detection (transformers even under vLLM)
-    tokenizer: Any
-    config: Any  # the transformers model config
-    name: str
-    source: str
+def create_transformers_runtime(model: str | None, **options: Any) -> Runtime:
+    """The transformers backend: ``device`` defaults to ``"cpu"``; ``prefill_chunk`` tokens a chunk;
+    ``progress`` draws a progress bar over long prefills."""
+    from .loading import load_model
+    from .readout.transformers import TransformersBackend
+
+    prefill_chunk = options.pop("prefill_chunk", 1024)
+    progress = options.pop("progress", False)
+    options["device"] = options.get("device") or "cpu"
+    loaded = load_model(model, **options)
+    backend = TransformersBackend(loaded.model, prefill_chunk=prefill_chunk, progress=progress)
+    return Runtime(backend, backend, loaded.tokenizer, loaded.model.config, loaded.name, loaded.source)
 
 
 def create_backend(name: str, model: str | None, **options: Any) -> Runtime:
-    if name == "transformers":
-        from .loading import load_model
-        from .readout.transformers import TransformersBackend
-
-        prefill_chunk = options.pop("prefill_chunk", 1024)
-        progress = options.pop("progress", False)
-        options["device"] = options.get("device") or "cpu"
-        loaded = load_model(model, **options)
-        backend = TransformersBackend(loaded.model, prefill_chunk=prefill_chunk, progress=progress)
-        return Runtime(backend, backend, loaded.tokenizer, loaded.model.config, loaded.name, loaded.source)
-    if name == "vllm":
-        from .readout.vllm import create_vllm_runtime
-
-        options.pop("progress", None)  # vLLM draws its own progress bars
-        return create_vllm_runtime(model, **options)
-    raise ReContextError(f"unknown backend {name!r}; choose 'transformers' or 'vllm'")
+    """The runtime of backend ``name`` for ``model``; options go to that backend's factory."""
+    return backend_factory(name)(model, **options)

@@ -174,6 +174,8 @@ def check_vllm(folder: Path, heads, cases, args) -> dict:
     engine_args = {"gpu_memory_utilization": args.gpu_share, "max_model_len": args.max_model_len}
     if args.eager:
         engine_args["enforce_eager"] = True
+    if args.attention_backend:  # FlashInfer (the default on some GPUs) cannot be read: pin another
+        engine_args["attention_backend"] = args.attention_backend
     started = time.perf_counter()
     vl = ReContextEngine.from_pretrained(
         str(folder), backend="vllm", readout="paged", dtype="bfloat16", engine_args=engine_args, heads=heads
@@ -241,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=120, help="filler sentences per context")
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--gpu-share", type=float, default=0.5, help="vLLM gpu_memory_utilization")
+    parser.add_argument(
+        "--attention-backend",
+        help="vLLM engine argument attention_backend (0.32-0.33), e.g. FLASH_ATTN or TRITON_ATTN",
+    )
     parser.add_argument(
         "--eager", action="store_true", help="enforce_eager (no torch.compile, no CUDA graphs)"
     )

@@ -21,7 +21,7 @@ usage() {
     sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
     echo
     echo "gpu_check.py options: --dry-run --model DIR --heads JSON --cases N --sentences N"
-    echo "                      --max-model-len N --gpu-share F --eager --out FILE"
+    echo "                      --max-model-len N --gpu-share F --eager --attention-backend NAME --out FILE"
 }
 
 prepare() {

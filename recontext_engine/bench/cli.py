@@ -68,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument("--model", help="model id or folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--backend", default="transformers", help="transformers (default) or vllm")
     parser.add_argument(
         "--threads", type=int, help="torch CPU threads (fewer than the cores helps on a shared machine)"
     )
@@ -101,6 +102,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         helmet=tuple(args.helmet or ()),
         model=args.model,
         device=args.device,
+        backend=args.backend,
         threads=args.threads,
         steady_memory=bool(args.steady_memory) or not quick,
         progress=not args.no_progress,

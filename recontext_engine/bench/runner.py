@@ -184,7 +184,9 @@ def run_bench(settings: BenchSettings, engine: Any | None = None) -> dict[str, A
     if engine is None:
         from .. import ReContextEngine
 
-        engine = ReContextEngine.from_pretrained(settings.model, device=settings.device)
+        engine = ReContextEngine.from_pretrained(
+            settings.model, device=settings.device, backend=settings.backend
+        )
     device = engine_device(engine)
     base = engine.default_config.with_options(max_new_tokens=settings.max_new_tokens)
     ctx = MethodContext(engine, base, settings.budget, settings.recontext_options())

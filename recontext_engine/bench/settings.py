@@ -35,6 +35,7 @@ class BenchSettings:
     helmet: tuple[str, ...] = ()
     model: str | None = None
     device: str = "cpu"
+    backend: str = "transformers"
     threads: int | None = None
     steady_memory: bool = False  # the command line turns it on outside quick mode
     progress: bool = True

@@ -1,12 +1,12 @@
 """Cue attention rows read from a paged KV cache (vLLM's layout), in plain torch.
 
-vLLM keeps keys in fixed-size blocks: the FlashAttention backend's cache is
-``(2, num_blocks, block_size, kv_heads, head_dim)`` (index 0 = keys), and token ``t`` of a sequence
-lives in block ``block_table[t // block_size]`` at offset ``t % block_size``. These functions
-compute, for the selected query heads, the softmax attention rows of the cue queries over every
-key of the sequence, exactly as :func:`recontext_engine.readout.transformers.cue_attention_rows`
-does over a contiguous cache. They run on any device and are tested on the CPU against the
-transformers readout.
+vLLM keeps keys in fixed-size blocks; :mod:`recontext_engine.readout.vllm.layouts` turns each
+version's and backend's cache into a ``(num_blocks, block_size, kv_heads, head_dim)`` key view, and
+token ``t`` of a sequence lives in block ``block_table[t // block_size]`` at offset
+``t % block_size``. These functions compute, for the selected query heads, the softmax attention
+rows of the cue queries over every key of the sequence, exactly as
+:func:`recontext_engine.readout.transformers.cue_attention_rows` does over a contiguous cache.
+They run on any device and are tested on the CPU against the transformers readout.
 """
 
 from __future__ import annotations

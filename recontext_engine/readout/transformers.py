@@ -230,6 +230,13 @@ class TransformersBackend:
         config = self.model.config.get_text_config()
         return int(getattr(config, "max_position_embeddings", 0) or 0) or 1 << 30
 
+    @property
+    def eos_ids(self) -> set[int]:
+        """End-of-sequence token ids from the model's generation config."""
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        eos = eos if eos is not None else getattr(self.model.config, "eos_token_id", None)
+        return set(eos if isinstance(eos, list) else [eos]) - {None}
+
     def _check_readable(self) -> None:
         """Read one head of a 4-token probe; refuse the model by name if nothing comes back."""
         name = type(self.model).__name__

@@ -1,8 +1,7 @@
-"""The vLLM backend's CPU parts: availability errors, argument pass-through, the worker-side capture
-(fed batches shaped as vLLM's attention metadata), request routing and the engine on the backend.
-
-vLLM itself cannot run here (it needs CUDA); where its engine is needed, a small stand-in with the
-same ``add_request/step/abort_request`` contract decodes greedily with the transformers model.
+"""The vLLM backend's parts that need no vLLM: availability errors, argument pass-through, every
+paged cache layout (built synthetically, rows checked against the transformers readout), the
+worker-side capture (fed batches shaped as vLLM's attention metadata), request routing and the
+engine on the backend over a stand-in engine. vLLM itself runs in tests/integration/test_vllm_cpu.py.
 """
 
 from __future__ import annotations
@@ -25,31 +24,64 @@ from recontext_engine.readout.paged import scatter_to_paged
 from recontext_engine.readout.vllm import (
     EXTENSION,
     SUPPORTED_VLLM,
-    TRANSFORMERS_READOUT_GPU_SHARE,
     ModelInfo,
-    RequestRouter,
     VLLMBackend,
-    WorkerCapture,
-    engine_arguments,
-    install_capture,
-    layer_index,
     merge_rank_results,
+)
+from recontext_engine.readout.vllm.capture import WorkerCapture
+from recontext_engine.readout.vllm.layouts import check_keys, cpu_key_order, key_cache, layout_of
+from recontext_engine.readout.vllm.options import (
+    CPU_KV_CACHE_BYTES,
+    TRANSFORMERS_READOUT_GPU_SHARE,
+    engine_arguments,
     sampling_arguments,
-    split_key_cache,
     split_options,
     unavailable_reason,
     version_supported,
 )
-from tests.unit.test_paged_kv import (
-    CUE,
-    all_heads,
-    random_ids,
-    record_queries_keys,
-    recorder,
-    transformers_rows,
-)
+from recontext_engine.readout.vllm.router import RequestRouter
+from recontext_engine.readout.vllm.worker import install_capture, layer_index, sliding_window
+from tests.paged_helpers import CUE, all_heads, random_ids, record_queries_keys, recorder, transformers_rows
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# -- the backend contract and registry ------------------------------------------------------------
+
+
+def test_registry_resolves_names_lazily_and_refuses_duplicates():
+    from recontext_engine import protocol
+
+    assert {"transformers", "vllm"} <= set(protocol.backend_names())
+    assert protocol.backend_factory("transformers").__name__ == "create_transformers_runtime"
+    with pytest.raises(ReContextError, match="unknown backend 'nope'"):
+        create_backend("nope", None)
+    with pytest.raises(ReContextError, match="already registered"):
+        protocol.register_backend("vllm", lambda model, **options: None)
+    calls = []
+    protocol.register_backend("test-echo", lambda model, **options: calls.append((model, options)))
+    try:
+        create_backend("test-echo", "m", device="cpu")
+        assert calls == [("m", {"device": "cpu"})]
+    finally:
+        protocol._REGISTRY.pop("test-echo")
+
+
+def test_both_backends_satisfy_the_protocol():
+    from recontext_engine.protocol import Backend, BatchBackend
+    from tests.paged_helpers import backend as tiny_backend
+
+    transformers_backend = tiny_backend("llama")
+    assert isinstance(transformers_backend, Backend) and not isinstance(transformers_backend, BatchBackend)
+    assert transformers_backend.eos_ids == {2}
+    vllm_backend = VLLMBackend(
+        fake_llm(CountingEngine()),
+        ModelInfo(SimpleNamespace(eos_token_id=2), SimpleNamespace(eos_token_id=None)),
+        sampling_params=FakeParams,
+        tokens_prompt=dict,
+        window=64,
+    )
+    assert isinstance(vllm_backend, BatchBackend)
+
 
 # -- availability, options ------------------------------------------------------------------------
 
@@ -63,10 +95,12 @@ def test_missing_vllm_raises_backend_unavailable_with_install_hint():
 
 
 def test_unavailable_reason_names_the_missing_part():
-    assert "not installed" in unavailable_reason(False, True)
-    assert "not installed" in unavailable_reason(False, False)
-    assert "CUDA GPU" in unavailable_reason(True, False)
-    assert unavailable_reason(True, True) is None
+    assert "not installed" in unavailable_reason(False, "cuda")
+    assert "not installed" in unavailable_reason(False, None)
+    assert "runs on rocm" in unavailable_reason(True, "rocm")
+    assert "no known platform" in unavailable_reason(True, None)
+    assert unavailable_reason(True, "cuda") is None
+    assert unavailable_reason(True, "cpu") is None
 
 
 @pytest.mark.parametrize(
@@ -122,12 +156,28 @@ def test_engine_arguments_pass_through():
     }
     plain = engine_arguments("m")
     assert plain["dtype"] == "auto" and plain["tensor_parallel_size"] == 1
-    assert plain["gpu_memory_utilization"] == TRANSFORMERS_READOUT_GPU_SHARE  # room for the readout copy
-    assert "worker_extension_cls" not in plain
+    assert plain["worker_extension_cls"] == EXTENSION  # the paged readout is the default
+    assert "gpu_memory_utilization" not in plain and "kv_cache_memory_bytes" not in plain
+    copy = engine_arguments("m", readout="transformers")
+    assert copy["gpu_memory_utilization"] == TRANSFORMERS_READOUT_GPU_SHARE  # room for the readout copy
+    assert "worker_extension_cls" not in copy
     assert engine_arguments("m", engine_args={"gpu_memory_utilization": 0.8})["gpu_memory_utilization"] == 0.8
     assert (
         engine_arguments("m", engine_args={"enable_prefix_caching": False})["enable_prefix_caching"] is False
     )
+
+
+def test_cpu_sizes_the_kv_cache_in_bytes(monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    cpu = engine_arguments("m", platform="cpu")
+    assert cpu["kv_cache_memory_bytes"] == CPU_KV_CACHE_BYTES and "gpu_memory_utilization" not in cpu
+    own = engine_arguments("m", platform="cpu", engine_args={"kv_cache_memory_bytes": 1 << 28})
+    assert own["kv_cache_memory_bytes"] == 1 << 28
+    assert "kv_cache_memory_bytes" not in engine_arguments(
+        "m", platform="cpu", engine_args={"gpu_memory_utilization": 0.1}
+    )
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")  # vLLM's own CPU setting wins
+    assert "kv_cache_memory_bytes" not in engine_arguments("m", platform="cpu")
 
 
 def test_worker_extension_resolves_to_this_module():
@@ -142,6 +192,7 @@ def test_worker_extension_resolves_to_this_module():
         ({"engine_args": {"model": "other"}}, "first argument"),
         ({"readout": "paged", "engine_args": {"worker_extension_cls": "x.Y"}}, "worker_extension_cls"),
         ({"engine_args": {"tensor_parallel_size": 0}}, "tensor_parallel_size"),
+        ({"engine_args": {"kv_cache_dtype": "fp8"}}, "quantized"),
     ],
 )
 def test_engine_arguments_reject_conflicts(kwargs, match):
@@ -170,17 +221,143 @@ def test_layer_index():
     assert layer_index("lm_head") is None
 
 
-def test_split_key_cache_layouts():
-    flash = torch.randn(2, 5, 16, 3, 8)  # (2, blocks, block, kv heads, dim)
-    assert torch.equal(split_key_cache(flash, 3, 8), flash[0])
-    flashinfer = torch.randn(5, 2, 16, 3, 8)  # (blocks, 2, block, kv heads, dim)
-    assert torch.equal(split_key_cache(flashinfer, 3, 8), flashinfer[:, 0])
-    with pytest.raises(UnsupportedModelError, match="layout"):
-        split_key_cache(torch.randn(5, 16, 3, 8), 3, 8)
-    with pytest.raises(UnsupportedModelError, match="layout"):
-        split_key_cache(flash, 4, 8)
+def test_sliding_window_conventions():
+    assert sliding_window(SimpleNamespace(sliding_window=(23, 0))) == 24  # FlashAttention: (w - 1, 0)
+    assert sliding_window(SimpleNamespace(sliding_window=(-1, -1))) is None
+    assert sliding_window(SimpleNamespace(sliding_window=-1)) is None  # the CPU backend's "no window"
+    assert sliding_window(SimpleNamespace(sliding_window=24)) == 24
+    assert sliding_window(SimpleNamespace(sliding_window=None)) is None
+
+
+# -- paged cache layouts, built synthetically the way each vLLM backend writes them -----------------
+
+BLOCKS, BLOCK_SIZE = 7, 16
+
+
+def vec_order(block_size, head_size):  # the CPU kernel's "vec" packing: keys transposed per block
+    return torch.arange(head_size)[None, :] * block_size + torch.arange(block_size)[:, None]
+
+
+def pair_order(block_size, head_size):  # a VNNI-style packing: pairs of dims side by side per token
+    d, t = torch.arange(head_size)[None, :], torch.arange(block_size)[:, None]
+    return (d // 2) * block_size * 2 + t * 2 + d % 2
+
+
+def packed_writer(order_fn):
+    """A stand-in for the CPU kernel's ``cpu_attn_reshape_and_cache`` with a given packing."""
+
+    def write(key, value, key_cache, value_cache, slots):
+        blocks, heads, block_size, head_size = key_cache.shape
+        region = key_cache.reshape(blocks, heads, block_size * head_size)  # a view: the key half
+        order = order_fn(block_size, head_size)
+        for i, slot in enumerate(slots.tolist()):
+            region[slot // block_size, :, order[slot % block_size]] = key[i]
+
+    return write
+
+
+def write_layout(layout, keys, values, slots, packing=None):
+    """A cache of ``layout`` holding ``keys``/``values`` (n, H, D) at ``slots``, as vLLM stores them."""
+    n, heads, dim = keys.shape
+    blocks, offsets = slots // BLOCK_SIZE, slots % BLOCK_SIZE
+    if layout == "2_blocks":
+        kv = torch.zeros(2, BLOCKS, BLOCK_SIZE, heads, dim)
+        kv[0][blocks, offsets], kv[1][blocks, offsets] = keys, values
+    elif layout == "blocks_2":
+        kv = torch.zeros(BLOCKS, 2, BLOCK_SIZE, heads, dim)
+        kv[:, 0][blocks, offsets], kv[:, 1][blocks, offsets] = keys, values
+    elif layout == "heads_tokens_kv":
+        kv = torch.zeros(BLOCKS, heads, BLOCK_SIZE, 2 * dim)
+        kv[blocks, :, offsets] = torch.cat([keys, values], dim=-1)
+    else:  # "cpu": (B, H, bs, 2D) viewed (B, H, 2 bs, D); keys in the first half, packed
+        kv = torch.zeros(BLOCKS, heads, BLOCK_SIZE, 2 * dim)
+        key_half, value_half = kv.view(BLOCKS, heads, 2 * BLOCK_SIZE, dim).chunk(2, dim=2)
+        packed_writer(packing)(keys, values, key_half, value_half, slots)
+        value_half[blocks, :, offsets] = values
+    return kv
+
+
+CPU_PACKINGS = {"vec": vec_order, "pairs": pair_order}
+LAYOUT_CASES = [("2_blocks", None), ("blocks_2", None), ("heads_tokens_kv", None)] + [
+    ("cpu", name) for name in CPU_PACKINGS
+]
+
+
+@pytest.mark.parametrize(("layout", "packing"), LAYOUT_CASES)
+def test_each_layout_reads_the_transformers_rows(read_case, layout, packing):
+    heads, expected, record = read_case
+    impl_name = "CPUAttentionBackendImpl" if layout == "cpu" else "FlashAttentionImpl"
+    table = torch.randperm(BLOCKS, generator=torch.Generator().manual_seed(3))[:4]
+    positions = torch.arange(TOTAL)
+    slots = table[positions // BLOCK_SIZE] * BLOCK_SIZE + positions % BLOCK_SIZE
+    got = []
+    for layer, rec in record.items():
+        keys = rec["key"]
+        kv = write_layout(layout, keys, -keys, slots, CPU_PACKINGS.get(packing))
+        found = layout_of(impl_name, tuple(kv.shape), KV_HEADS, keys.shape[-1])
+        assert found == layout
+        order = (
+            cpu_key_order(packed_writer(CPU_PACKINGS[packing]), kv.dtype, BLOCK_SIZE, keys.shape[-1])
+            if packing
+            else None
+        )
+        view = key_cache(kv, layout, KV_HEADS, keys.shape[-1], order)
+        check_keys(view, keys, slots, layout)  # what the hook checks at every captured step
+        capture = WorkerCapture()
+        capture.arm({"total": TOTAL, "cue_window": CUE, "heads": [[layer, h] for h in range(Q_HEADS)]})
+        capture.observe(
+            layer, 0, rec["query"], view, [0, TOTAL], [TOTAL], table[None, :], rec["scaling"], None, None
+        )
+        got.append(capture.collect())
+    rows, problems = merge_rank_results(got, heads, CUE, TOTAL)
+    assert problems == []
+    torch.testing.assert_close(rows, expected, atol=1e-5, rtol=0)
+
+
+def test_a_cache_read_in_the_wrong_layout_fails_loudly(read_case):
+    _, _, record = read_case
+    keys = record[0]["key"]
+    slots = torch.arange(TOTAL) + BLOCK_SIZE
+    cpu = write_layout("cpu", keys, -keys, slots, vec_order)  # same shape as FlashAttention's 4-D cache
+    assert layout_of("FlashAttentionImpl", tuple(cpu.shape), KV_HEADS, keys.shape[-1]) == "heads_tokens_kv"
+    with pytest.raises(UnsupportedModelError, match="differ from the keys vLLM wrote"):
+        check_keys(
+            key_cache(cpu, "heads_tokens_kv", KV_HEADS, keys.shape[-1]), keys, slots, "heads_tokens_kv"
+        )
+    with pytest.raises(UnsupportedModelError, match="differ"):  # the CPU layout read without its packing
+        check_keys(key_cache(cpu, "cpu", KV_HEADS, keys.shape[-1]), keys, slots, "cpu")
+    padded = torch.cat([slots[:5], torch.tensor([-1])])  # padding slots are skipped
+    order = vec_order(BLOCK_SIZE, keys.shape[-1])
+    check_keys(key_cache(cpu, "cpu", KV_HEADS, keys.shape[-1], order), keys[:6], padded, "cpu")
+
+
+def test_layouts_refuse_what_they_cannot_read():
+    with pytest.raises(UnsupportedModelError, match="FlashInfer.*query_start_loc.*FLASH_ATTN"):
+        layout_of("FlashInferImpl", (5, 2, 16, 2, 8), 2, 8)
+    with pytest.raises(UnsupportedModelError, match="MLA"):
+        layout_of("FlashMLAImpl", (5, 16, 576), 1, 576)
+    with pytest.raises(UnsupportedModelError, match="unsupported paged KV layout"):
+        layout_of("FlashAttentionImpl", (5, 16, 2, 8), 2, 8)
+    with pytest.raises(UnsupportedModelError, match="unsupported paged KV layout"):
+        layout_of("FlashAttentionImpl", (2, 5, 16, 3, 8), 2, 8)  # wrong number of key heads
     with pytest.raises(UnsupportedModelError, match="quantized"):
-        split_key_cache(flash.to(torch.float8_e4m3fn), 3, 8)
+        key_cache(torch.zeros(5, 2, 16, 16).to(torch.float8_e4m3fn), "heads_tokens_kv", 2, 8)
+    assert layout_of("FlashAttentionImpl", (2, 2, 16, 2, 8), 2, 8) == "blocks_2"  # two blocks: 5-D, ambiguous
+    assert layout_of("TritonAttentionImpl", (5, 2, 16, 16), 2, 8) == "heads_tokens_kv"
+    assert layout_of("CPUAttentionBackendImpl", (5, 2, 16, 16), 2, 8) == "cpu"
+
+
+def test_cpu_key_order_maps_the_kernel_packing():
+    for order_fn in (vec_order, pair_order):
+        torch.testing.assert_close(
+            cpu_key_order(packed_writer(order_fn), torch.bfloat16, 32, 64), order_fn(32, 64)
+        )
+
+    def lossy(key, value, key_cache, value_cache, slots):  # a kernel that drops half the dims
+        key_cache[0, 0, : len(slots), :4] = key[:, 0, :4]
+
+    with pytest.raises(UnsupportedModelError, match="could not be mapped"):
+        cpu_key_order(lossy, torch.float32, 16, 8)
 
 
 # -- the worker-side capture, fed as vLLM's worker feeds it ---------------------------------------
@@ -418,6 +595,7 @@ def test_backend_generation_on_the_router():
         ModelInfo(SimpleNamespace(eos_token_id=None), SimpleNamespace(eos_token_id=[9, 60])),
         readout="paged",
         sampling_params=FakeParams,
+        tokens_prompt=dict,
         window=64,
     )
     assert backend.eos_ids == {9, 60}
@@ -435,7 +613,14 @@ def test_backend_generation_on_the_router():
     with pytest.raises(ReContextError, match="window"):
         list(backend.generate(backend.prefill(list(range(64))), [], config, set()))
     with pytest.raises(ReContextError, match="needs a TransformersBackend"):
-        VLLMBackend(fake_llm(CountingEngine()), backend.model, sampling_params=FakeParams, window=64)
+        VLLMBackend(
+            fake_llm(CountingEngine()),
+            backend.model,
+            readout="transformers",
+            sampling_params=FakeParams,
+            tokens_prompt=dict,
+            window=64,
+        )
 
 
 # -- the engine on the backend (embedded model) -----------------------------------------------------
@@ -497,6 +682,7 @@ def vllm_engine(engine):
         readout="transformers",
         transformers_backend=engine.backend,
         sampling_params=FakeParams,
+        tokens_prompt=dict,
         window=engine.backend.window,
     )
     return ReContextEngine(backend, engine.tokenizer, engine.heads, model_name=engine.model_name)
