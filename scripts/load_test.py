@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 import time
@@ -102,6 +103,13 @@ def main() -> int:
         return 2
     bodies = request_bodies(args.requests, args.length, args.max_tokens)
     server = ServerProcess(["--log-level", "warning"]) if args.base_url is None else None
+
+    def terminate(*_: object) -> None:  # `timeout` or `kill`: stop the server child first, then leave
+        if server is not None:
+            server.stop()
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, terminate)
     cells = []
     with server or nullcontext():
         base_url = args.base_url or server.base_url

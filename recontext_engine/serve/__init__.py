@@ -9,4 +9,5 @@ Needs the ``serve`` extra (FastAPI, uvicorn). Importing this package imports nei
 - :mod:`.responses`: OpenAI response, chunk and usage objects.
 - :mod:`.errors`: OpenAI error objects and the handlers that send them.
 - :mod:`.app`: the routes. :mod:`.cli`: the ``serve`` subcommand.
+- :mod:`.process`: ``recontext serve`` as a child process on a free loopback port (tests, recipes, load runs).
 """
