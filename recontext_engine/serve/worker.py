@@ -20,7 +20,7 @@ from ..engine import ReplayStream
 from ..results import ReplayResult
 
 _END = object()
-POLL_SECONDS = 0.25  # how often a waiting request checks that its client is still there
+POLL_SECONDS = 0.25  # how often a request checks that its client is still there
 
 
 class Cancelled(Exception):
@@ -134,14 +134,19 @@ class ThreadedStream:
         Leaving the iteration early (the consumer stopped, or the client went away) cancels the work.
         """
         getter: asyncio.Future[Any] | None = None
+        loop = asyncio.get_running_loop()
+        checked = loop.time()
         try:
             while True:
                 # asyncio.wait leaves the getter running on timeout, so no piece is lost.
                 getter = getter or asyncio.ensure_future(self._queue.get())
                 done, _ = await asyncio.wait({getter}, timeout=POLL_SECONDS)
-                if not done:
-                    if disconnected is not None and await disconnected():
+                # Checked on a clock, not only when pieces stall: a fast generation never stalls.
+                if disconnected is not None and loop.time() - checked >= POLL_SECONDS:
+                    checked = loop.time()
+                    if await disconnected():
                         raise Cancelled
+                if not done:
                     continue
                 item, getter = getter.result(), None
                 if item is _END:
