@@ -18,6 +18,7 @@ from .heads.headset import HeadSet
 from .heads.registry import HeadsArg, resolve_heads
 from .lexical import bm25_scores
 from .prompt import NULL_QUESTION, Prefix, PromptBuilder
+from .reads import RowCache, read_rows
 from .results import Evidence, ReplayResult, Usage
 from .scoring import CueRecurrenceScorer, Scorer
 from .spans import check_text, document_sentences, normalize_documents
@@ -103,6 +104,8 @@ class ReContextEngine:
         self.scorer = scorer
         self.default_config = default_config or ReplayConfig()
         self.prompts = PromptBuilder(tokenizer)
+        # Round 1's null-question rows depend on the context only: later questions reuse them.
+        self.row_cache: RowCache | None = RowCache()
         eos = (
             getattr(backend.model.generation_config, "eos_token_id", None)
             if hasattr(backend, "model")
@@ -324,11 +327,17 @@ class ReContextEngine:
         timings["prefill"] = time.perf_counter() - started
         return _Request(prefix, question, config, cache, timings)
 
-    def _scores(self, request: _Request, question: str, evidence: list[Evidence]) -> tuple:
-        """Scores of candidate positions for one read pass, and the sentence id of each candidate."""
+    def _scores(
+        self, request: _Request, question: str, evidence: list[Evidence], rows: torch.Tensor | None = None
+    ) -> tuple:
+        """Scores of candidate positions for one read pass (``rows``: its rows, when already read),
+        and the sentence id of each candidate."""
         config, prefix = request.config, request.prefix
         suffix = self.prompts.suffix(prefix, question, evidence, config, request.sentence_key)
-        rows = self.backend.read(request.cache, len(prefix.ids), suffix.ids, self.heads, config.cue_window)
+        if rows is None:
+            rows = self.backend.read(
+                request.cache, len(prefix.ids), suffix.ids, self.heads, config.cue_window
+            )
         n = len(prefix.ids)
         if config.candidates == "context":
             rows, token_sentence = rows[..., :n], prefix.token_sentence
@@ -337,15 +346,36 @@ class ReContextEngine:
         scorer = self.scorer or CueRecurrenceScorer(config.decay)
         return scorer.score(rows), token_sentence
 
+    def _round_rows(self, request: _Request, evidence: list[Evidence]) -> list[torch.Tensor]:
+        """Rows of one round's question pass and (with null calibration) null-question pass.
+
+        Both share the prefix cache and the evidence block, which is read once for both; without
+        evidence the null pass depends on the context only and comes from :attr:`row_cache`.
+        """
+        config, prefix = request.config, request.prefix
+        questions = [request.question, NULL_QUESTION] if config.null_calibration else [request.question]
+        suffixes = [self.prompts.suffix(prefix, q, evidence, config).ids for q in questions]
+        return read_rows(
+            self.backend,
+            request.cache,
+            prefix.ids,
+            suffixes,
+            self.heads,
+            config.cue_window,
+            self.row_cache,
+            cacheable=[False, not evidence],
+        )
+
     def _select(self, request: _Request) -> list[Evidence]:
         config, prefix = request.config, request.prefix
         pool = EvidencePool(config.pool_limit)
         started = time.perf_counter()
         for round_index in range(1, config.rounds + 1):
             current = pool.ordered()
-            scores, token_sentence = self._scores(request, request.question, current)
+            rows = self._round_rows(request, current)
+            scores, token_sentence = self._scores(request, request.question, current, rows[0])
             if config.null_calibration:
-                null_scores, _ = self._scores(request, NULL_QUESTION, current)
+                null_scores, _ = self._scores(request, NULL_QUESTION, current, rows[1])
                 scores = scores - null_scores
             picks = select_sentences(
                 scores,
