@@ -11,11 +11,12 @@ from typing import Any
 import torch
 
 from .config import ReplayConfig
-from .controller import EvidencePool, select_sentences
+from .controller import EvidencePool, select_sentences, within_margin
 from .decoding import TextAssembler
 from .errors import InputError, PromptTooLongError
 from .heads.headset import HeadSet
 from .heads.registry import HeadsArg, resolve_heads
+from .language import documents_language
 from .lexical import bm25_scores
 from .prompt import NULL_QUESTION, Prefix, PromptBuilder
 from .reads import RowCache, read_rows
@@ -45,8 +46,12 @@ class _Request:
         return {(s.doc_index, s.start, s.end): i for i, s in enumerate(self.prefix.sentences)}
 
     @cached_property
+    def language(self) -> str:
+        return documents_language(self.prefix.documents, self.config.language)
+
+    @cached_property
     def question_scores(self) -> torch.Tensor:
-        return bm25_scores(self.question, self.sentence_texts)
+        return bm25_scores(self.question, self.sentence_texts, self.language)
 
     def lexical(self, evidence: Sequence[Evidence] = ()) -> torch.Tensor | None:
         """BM25 scores of the sentences when the hybrid selection asks for them.
@@ -61,7 +66,7 @@ class _Request:
         related = [e.text for e in evidence if scores[key[(e.doc_index, e.char_start, e.char_end)]] > 0]
         if not related:
             return scores
-        return bm25_scores(" ".join([self.question, *related]), self.sentence_texts)
+        return bm25_scores(" ".join([self.question, *related]), self.sentence_texts, self.language)
 
 
 class ReplayStream:
@@ -312,7 +317,7 @@ class ReContextEngine:
         started = time.perf_counter()
         documents = normalize_documents(context)
         question = check_text(question, "question")
-        sentences = document_sentences(documents, config.max_sentence_chars)
+        sentences = document_sentences(documents, config.max_sentence_chars, config.language)
         prefix = self.prompts.prefix(documents, sentences, config)
         question_ids = self.prompts.suffix(prefix, question, [], config).ids
         needed = len(prefix.ids) + len(question_ids) + 1
@@ -386,7 +391,7 @@ class ReContextEngine:
                 config.lexical_weight,
                 exclude=pool.sentence_ids(),
             )
-            for sentence_id, score in picks:
+            for sentence_id, score in within_margin(picks, config.evidence_margin):
                 s = prefix.sentences[sentence_id]
                 text = prefix.documents[s.doc_index][s.start : s.end]
                 pool.add(sentence_id, Evidence(text, s.doc_index, s.start, s.end, score, round_index))
