@@ -60,6 +60,14 @@ def select_sentences(
     return [(int(s), float(mass[s])) for s in order]
 
 
+def within_margin(picks: list[tuple[int, float]], margin: float) -> list[tuple[int, float]]:
+    """The best-first ``picks`` scoring at least ``margin`` times the best one (all if it is not positive)."""
+    if margin <= 0 or not picks or picks[0][1] <= 0:
+        return picks
+    floor = margin * picks[0][1]
+    return [(s, score) for s, score in picks if score >= floor]
+
+
 @dataclass
 class EvidencePool:
     """Evidence gathered over rounds: it never shrinks, holds no duplicates and reads in document order."""

@@ -11,13 +11,15 @@ from typing import Any
 import torch
 
 from .config import ReplayConfig
-from .controller import EvidencePool, select_sentences
+from .controller import EvidencePool, select_sentences, within_margin
 from .decoding import TextAssembler
 from .errors import InputError, PromptTooLongError
 from .heads.headset import HeadSet
 from .heads.registry import HeadsArg, resolve_heads
+from .language import documents_language
 from .lexical import bm25_scores
 from .prompt import NULL_QUESTION, Prefix, PromptBuilder
+from .reads import RowCache, read_rows
 from .results import Evidence, ReplayResult, Usage
 from .scoring import Scorer, scorer_for
 from .spans import check_text, document_sentences, normalize_documents
@@ -44,8 +46,12 @@ class _Request:
         return {(s.doc_index, s.start, s.end): i for i, s in enumerate(self.prefix.sentences)}
 
     @cached_property
+    def language(self) -> str:
+        return documents_language(self.prefix.documents, self.config.language)
+
+    @cached_property
     def question_scores(self) -> torch.Tensor:
-        return bm25_scores(self.question, self.sentence_texts)
+        return bm25_scores(self.question, self.sentence_texts, self.language)
 
     def lexical(self, evidence: Sequence[Evidence] = ()) -> torch.Tensor | None:
         """BM25 scores of the sentences when the hybrid selection asks for them.
@@ -60,7 +66,7 @@ class _Request:
         related = [e.text for e in evidence if scores[key[(e.doc_index, e.char_start, e.char_end)]] > 0]
         if not related:
             return scores
-        return bm25_scores(" ".join([self.question, *related]), self.sentence_texts)
+        return bm25_scores(" ".join([self.question, *related]), self.sentence_texts, self.language)
 
 
 EvidenceCallback = Callable[[list[Evidence]], None]
@@ -107,6 +113,8 @@ class ReContextEngine:
         self.scorer = scorer
         self.default_config = default_config or ReplayConfig()
         self.prompts = PromptBuilder(tokenizer)
+        # Round 1's null-question rows depend on the context only: later questions reuse them.
+        self.row_cache: RowCache | None = RowCache()
         eos = (
             getattr(backend.model.generation_config, "eos_token_id", None)
             if hasattr(backend, "model")
@@ -324,7 +332,7 @@ class ReContextEngine:
         started = time.perf_counter()
         documents = normalize_documents(context)
         question = check_text(question, "question")
-        sentences = document_sentences(documents, config.max_sentence_chars)
+        sentences = document_sentences(documents, config.max_sentence_chars, config.language)
         prefix = self.prompts.prefix(documents, sentences, config)
         question_ids = self.prompts.suffix(prefix, question, [], config).ids
         needed = len(prefix.ids) + len(question_ids) + 1
@@ -339,11 +347,17 @@ class ReContextEngine:
         timings["prefill"] = time.perf_counter() - started
         return _Request(prefix, question, config, cache, timings)
 
-    def _scores(self, request: _Request, question: str, evidence: list[Evidence]) -> tuple:
-        """Scores of candidate positions for one read pass, and the sentence id of each candidate."""
+    def _scores(
+        self, request: _Request, question: str, evidence: list[Evidence], rows: torch.Tensor | None = None
+    ) -> tuple:
+        """Scores of candidate positions for one read pass (``rows``: its rows, when already read),
+        and the sentence id of each candidate."""
         config, prefix = request.config, request.prefix
         suffix = self.prompts.suffix(prefix, question, evidence, config, request.sentence_key)
-        rows = self.backend.read(request.cache, len(prefix.ids), suffix.ids, self.heads, config.cue_window)
+        if rows is None:
+            rows = self.backend.read(
+                request.cache, len(prefix.ids), suffix.ids, self.heads, config.cue_window
+            )
         n = len(prefix.ids)
         if config.candidates == "context":
             rows, token_sentence = rows[..., :n], prefix.token_sentence
@@ -352,15 +366,36 @@ class ReContextEngine:
         scorer = self.scorer or scorer_for(config)  # a scorer given to the engine overrides config.scorer
         return scorer.score(rows), token_sentence
 
+    def _round_rows(self, request: _Request, evidence: list[Evidence]) -> list[torch.Tensor]:
+        """Rows of one round's question pass and (with null calibration) null-question pass.
+
+        Both share the prefix cache and the evidence block, which is read once for both; without
+        evidence the null pass depends on the context only and comes from :attr:`row_cache`.
+        """
+        config, prefix = request.config, request.prefix
+        questions = [request.question, NULL_QUESTION] if config.null_calibration else [request.question]
+        suffixes = [self.prompts.suffix(prefix, q, evidence, config).ids for q in questions]
+        return read_rows(
+            self.backend,
+            request.cache,
+            prefix.ids,
+            suffixes,
+            self.heads,
+            config.cue_window,
+            self.row_cache,
+            cacheable=[False, not evidence],
+        )
+
     def _select(self, request: _Request) -> list[Evidence]:
         config, prefix = request.config, request.prefix
         pool = EvidencePool(config.pool_limit)
         started = time.perf_counter()
         for round_index in range(1, config.rounds + 1):
             current = pool.ordered()
-            scores, token_sentence = self._scores(request, request.question, current)
+            rows = self._round_rows(request, current)
+            scores, token_sentence = self._scores(request, request.question, current, rows[0])
             if config.null_calibration:
-                null_scores, _ = self._scores(request, NULL_QUESTION, current)
+                null_scores, _ = self._scores(request, NULL_QUESTION, current, rows[1])
                 scores = scores - null_scores
             picks = select_sentences(
                 scores,
@@ -371,7 +406,7 @@ class ReContextEngine:
                 config.lexical_weight,
                 exclude=pool.sentence_ids(),
             )
-            for sentence_id, score in picks:
+            for sentence_id, score in within_margin(picks, config.evidence_margin):
                 s = prefix.sentences[sentence_id]
                 text = prefix.documents[s.doc_index][s.start : s.end]
                 pool.add(sentence_id, Evidence(text, s.doc_index, s.start, s.end, score, round_index))

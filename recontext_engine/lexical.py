@@ -1,27 +1,73 @@
-"""BM25 scores of sentences against the question: the lexical half of the hybrid selection."""
+"""BM25 scores of sentences against the question: the lexical half of the hybrid selection.
+
+Tokens work in any script: words of two or more letters (lower-cased, the language's stop words
+removed) and, in scripts written without spaces (Chinese, Japanese), overlapping character pairs.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 import torch
 
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(rf"[{_CJK}]+|[^\W{_CJK}]{{2,}}")
+_CJK_RUN = re.compile(rf"[{_CJK}]")
+_STOPWORD_LISTS = {
+    "en": "STOPWORDS_EN",
+    "de": "STOPWORDS_GERMAN",
+    "fr": "STOPWORDS_FRENCH",
+    "es": "STOPWORDS_SPANISH",
+    "it": "STOPWORDS_ITALIAN",
+    "pt": "STOPWORDS_PORTUGUESE",
+    "nl": "STOPWORDS_DUTCH",
+    "ru": "STOPWORDS_RUSSIAN",
+    "sv": "STOPWORDS_SWEDISH",
+    "da": "STOPWORDS_DANISH",
+    "no": "STOPWORDS_NORWEGIAN",
+    "tr": "STOPWORDS_TURKISH",
+}
 
-def bm25_scores(question: str, sentences: Sequence[str]) -> torch.Tensor:
-    """(len(sentences),) BM25 scores (``bm25s``, English stop words removed); zeros if nothing matches."""
+
+@lru_cache(maxsize=16)
+def stopwords(language: str) -> frozenset[str]:
+    """English stop words plus those of ``language`` where ``bm25s`` has a list."""
+    import bm25s.stopwords as lists
+
+    words = set(lists.STOPWORDS_EN)
+    if language in _STOPWORD_LISTS:
+        words |= set(getattr(lists, _STOPWORD_LISTS[language]))
+    return frozenset(words)
+
+
+def lexical_tokens(text: str, language: str = "en") -> list[str]:
+    """BM25 terms of ``text``: words (stop words removed) and CJK character pairs."""
+    stop = stopwords(language)
+    tokens: list[str] = []
+    for match in _TOKEN.finditer(text.lower()):
+        run = match.group()
+        if _CJK_RUN.match(run):
+            tokens += [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+        elif run not in stop:
+            tokens.append(run)
+    return tokens
+
+
+def bm25_scores(question: str, sentences: Sequence[str], language: str = "en") -> torch.Tensor:
+    """(len(sentences),) BM25 scores (``bm25s`` over :func:`lexical_tokens`); zeros if nothing matches."""
     import bm25s
 
     scores = torch.zeros(len(sentences))
-    corpus = bm25s.tokenize(list(sentences), stopwords="en", show_progress=False)
-    query = bm25s.tokenize([question], stopwords="en", show_progress=False)
-    if not sentences or not corpus.vocab or not query.vocab:
+    corpus = [lexical_tokens(s, language) for s in sentences]
+    vocab = {t for tokens in corpus for t in tokens}
+    query = [t for t in lexical_tokens(question, language) if t in vocab]
+    if not query:
         return scores
     retriever = bm25s.BM25()
     retriever.index(corpus, show_progress=False)
-    try:
-        ids, values = retriever.retrieve(query, k=len(sentences), show_progress=False)
-    except ValueError:  # no query word is in the corpus vocabulary
-        return scores
+    ids, values = retriever.retrieve([query], k=len(sentences), show_progress=False)
     scores[torch.as_tensor(ids[0], dtype=torch.long)] = torch.as_tensor(values[0], dtype=torch.float)
     return scores
 

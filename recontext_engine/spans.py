@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import sentencex
 
 from .errors import InputError
+from .language import detect_language
 
 _LINE = re.compile(r"[^\n]+")
 # C0/C1 control characters other than tab, newline and carriage return.
@@ -85,10 +86,12 @@ def split_sentences(text: str, max_chars: int = 400, language: str = "en") -> li
     return spans
 
 
-def document_sentences(documents: Sequence[str], max_chars: int = 400) -> list[Sentence]:
-    """All sentences of all documents, in document order."""
+def document_sentences(
+    documents: Sequence[str], max_chars: int = 400, language: str | None = None
+) -> list[Sentence]:
+    """All sentences of all documents, in document order; ``language`` None: detected per document."""
     return [
         Sentence(doc_index, start, end)
         for doc_index, doc in enumerate(documents)
-        for start, end in split_sentences(doc, max_chars)
+        for start, end in split_sentences(doc, max_chars, language or detect_language(doc))
     ]

@@ -31,6 +31,8 @@ from functools import cached_property
 from typing import Any
 
 from ..config import ReplayConfig
+from ..language import documents_language
+from ..lexical import bm25_scores
 from ..results import Evidence, ReplayResult
 from ..spans import document_sentences
 from .tasks import BenchCase
@@ -131,17 +133,10 @@ def run_vanilla(ctx: MethodContext, case: BenchCase) -> ReplayResult:
 
 
 def bm25_evidence(ctx: MethodContext, case: BenchCase) -> list[Evidence]:
-    import bm25s
-
-    _, items = _sentences(ctx, case)
-    corpus = bm25s.tokenize([e.text for e in items], stopwords="en", show_progress=False)
-    retriever = bm25s.BM25()
-    retriever.index(corpus, show_progress=False)
-    query = bm25s.tokenize([case.question], stopwords="en", show_progress=False)
-    k = min(ctx.budget, len(items))
-    found, scores = retriever.retrieve(query, k=k, show_progress=False)
-    by_index = dict(zip(found[0].tolist(), scores[0].tolist(), strict=True))
-    return _top(items, [by_index.get(i, 0.0) for i in range(len(items))], k, positive_only=True)
+    documents, items = _sentences(ctx, case)
+    language = documents_language(documents, ctx.config.language)
+    scores = bm25_scores(case.question, [e.text for e in items], language).tolist()
+    return _top(items, scores, min(ctx.budget, len(items)), positive_only=True)
 
 
 def run_bm25(ctx: MethodContext, case: BenchCase) -> ReplayResult:

@@ -280,11 +280,16 @@ def _depth_key(depth: float, n: int) -> float:
     return depth * n - 0.5
 
 
-def _fill(rng: random.Random, count_tokens: CountTokens, budget: int) -> list[str]:
+def _fill(
+    rng: random.Random,
+    count_tokens: CountTokens,
+    budget: int,
+    sentence_of: Callable[[random.Random], str] = filler_sentence,
+) -> list[str]:
     units: list[str] = []
     used = 0
     while used < budget:
-        sentence = filler_sentence(rng)
+        sentence = sentence_of(rng)
         units.append(sentence)
         used += count_tokens(" " + sentence)
     return units
@@ -376,8 +381,9 @@ def _build_prose(
     placed: list[tuple[str, float | None, bool]],
     distractors: list[str],
     layout: Layout,
+    sentence_of: Callable[[random.Random], str] = filler_sentence,
 ) -> tuple[list[str], list[GoldSpan], list[float]]:
-    """Filler up to ``target`` tokens with facts inserted.
+    """Filler up to ``target`` tokens with facts inserted (``sentence_of``: one filler sentence).
 
     ``placed``: (text, depth, is_gold) facts at a chosen depth (None: a seeded random one);
     ``distractors`` go to random places strictly inside the filler, so a gold at depth 0 or 1
@@ -386,7 +392,7 @@ def _build_prose(
     fact_tokens = sum(count_tokens(" " + t) for t, _, _ in placed) + sum(
         count_tokens(" " + t) for t in distractors
     )
-    filler = _fill(rng, count_tokens, max(0, target - fact_tokens))
+    filler = _fill(rng, count_tokens, max(0, target - fact_tokens), sentence_of)
     n = len(filler)
     units = [(text, float(i), -1) for i, text in enumerate(filler)]
     for i, (text, depth, is_gold) in enumerate(placed):
@@ -527,6 +533,193 @@ def _json_kv(rng, count_tokens, target, depth, layout, index, groups: Sequence[i
     return _Draft(question, [gold_value], docs, gold, depths, 1, {"key": gold_key, "pairs": len(pairs)})
 
 
+# -- other languages: the needle and two-hop tasks over filler in the language ------------------
+
+
+@dataclass(frozen=True)
+class _LanguagePack:
+    """Filler templates, word pools and fact/question templates of one language."""
+
+    templates: tuple[str, ...]
+    pools: dict[str, tuple[str, ...]]  # {name}, {place}, ... in the templates
+    keys: tuple[str, ...]
+    needle: str  # {key}, {value}
+    needle_question: str  # {key}
+    people: tuple[str, ...]
+    companies: tuple[str, ...]
+    cities: tuple[str, ...]
+    works_at: str  # {person}, {company}
+    based_in: str  # {company}, {city}
+    hop_question: str  # {person}
+
+
+_PACKS: dict[str, _LanguagePack] = {
+    "de": _LanguagePack(
+        templates=(
+            "{name} ging {time} {place} spazieren.",
+            "{name} las {time} {place} ein altes Buch.",
+            "{Time} war es {place} sehr {adj}.",
+            "{name} und {name2} sprachen {place} über {topic}.",
+            "{name} kaufte {time} {object} {place}.",
+            "Viele Leute sagen, dass es {place} {time} {adj} ist.",
+            "{name} malte {time} ein Bild {place}.",
+            "Nach dem Regen roch es {place} nach {smell}.",
+            "{name} traf {time} {place} einen alten Freund.",
+            "Niemand wusste, warum {name} {time} {place} wartete.",
+        ),
+        pools={
+            "name": tuple(_FILLER_NAMES),
+            "time": ("am Dienstag", "nach dem Mittagessen", "im letzten Winter", "jeden Morgen",
+                     "im Frühling", "am Abend", "am Sonntag", "im Herbst", "gegen Mittag",
+                     "spät in der Nacht"),
+            "place": ("am Hafen", "im Garten", "in der Bibliothek", "auf dem Markt", "am Fluss",
+                      "im Museum", "auf der Brücke", "in der Bäckerei", "am Bahnhof", "im Park"),
+            "adj": ("ruhig", "windig", "kalt", "laut", "friedlich", "gemütlich", "neblig", "voll"),
+            "topic": ("alte Lieder", "das Wetter", "ferne Reisen", "den Garten", "lustige Träume",
+                      "die Nachbarn", "gute Bücher"),
+            "object": ("einen blauen Schirm", "zwei Holzstühle", "frisches Brot", "eine alte Landkarte",
+                       "einen Korb Äpfel", "eine Laterne", "warme Socken"),
+            "smell": ("Kiefern", "nassem Stein", "Zimt", "frischem Gras", "Holzrauch"),
+        },
+        keys=tuple(f"{a}-{b}" for a in ("stille", "goldene", "wilde", "ferne", "dunkle", "helle")
+                   for b in ("Wiese", "Brücke", "Quelle", "Mühle", "Insel", "Linde")),
+        needle="Die spezielle Zahl für {key} lautet: {value}.",
+        needle_question="Wie lautet die spezielle Zahl für {key}?",
+        people=("Jonas Albrecht", "Lena Hoffmann", "Felix Brandt", "Greta Vogel", "Moritz Lang",
+                "Paula Seidel", "Emil Hartmann", "Clara Winter"),
+        companies=("Nordlicht AG", "Bergmann Werke", "Sonnenfeld GmbH", "Eichwald Technik",
+                   "Rheinblick Logistik", "Falkenstein Systeme"),
+        cities=("München", "Köln", "Wien", "Zürich", "Hamburg", "Leipzig", "Bremen", "Graz"),
+        works_at="{person} arbeitet bei {company}.",
+        based_in="{company} hat ihren Sitz in {city}.",
+        hop_question="In welcher Stadt arbeitet {person}?",
+    ),
+    "zh": _LanguagePack(
+        templates=(
+            "{name}{time}在{place}散步。",
+            "{name}{time}在{place}看书。",
+            "{time}，{place}非常{adj}。",
+            "{name}和{name2}在{place}聊{topic}。",
+            "{name}{time}在{place}买了{object}。",
+            "很多人说{place}{time}很{adj}。",
+            "雨后，{place}有{smell}的味道。",
+            "{name}{time}在{place}画画。",
+            "{name}{time}在{place}遇到了一位老朋友。",
+            "没有人知道{name}为什么{time}在{place}等人。",
+        ),
+        pools={
+            "name": ("李明", "王芳", "张伟", "刘洋", "陈静", "杨磊", "赵敏", "黄婷", "许强", "何丽"),
+            "time": ("星期二", "午饭后", "去年冬天", "每天早上", "春天", "傍晚", "星期天", "秋天",
+                     "中午", "深夜"),
+            "place": ("公园", "图书馆", "市场", "河边", "花园", "车站", "博物馆", "茶馆", "桥上", "面包店"),
+            "adj": ("安静", "热闹", "寒冷", "舒服", "美丽", "拥挤", "凉快", "干净"),
+            "topic": ("天气", "老歌", "旅行", "园艺", "邻居", "小说", "梦想"),
+            "object": ("一把蓝色的伞", "两把木椅", "新鲜的面包", "一张旧地图", "一篮苹果", "一盏灯笼"),
+            "smell": ("松树", "泥土", "桂花", "青草", "炊烟"),
+        },
+        keys=tuple(f"{a}{b}" for a in ("银色", "红色", "金色", "绿色", "蓝色", "白色")
+                   for b in ("月亮", "山谷", "河流", "森林", "湖泊", "石桥")),
+        needle="{key}的特别号码是：{value}。",
+        needle_question="{key}的特别号码是什么？",
+        people=("周文华", "吴晓东", "郑丽娟", "孙建国", "马海燕", "朱志强", "胡雪梅", "林国栋"),
+        companies=("星光科技", "海天集团", "华锐公司", "金山实业", "远航物流", "蓝图软件"),
+        cities=("杭州", "成都", "西安", "南京", "武汉", "青岛", "厦门", "大连"),
+        works_at="{person}在{company}工作。",
+        based_in="{company}位于{city}。",
+        hop_question="{person}在哪个城市工作？",
+    ),
+    "ar": _LanguagePack(
+        templates=(
+            "ذهب {name} إلى {place} {time}.",
+            "قرأ {name} كتابا قديما في {place} {time}.",
+            "كان الجو في {place} {adj} {time}.",
+            "تحدث {name} مع {name2} في {place} عن {topic}.",
+            "اشترى {name} {object} من {place} {time}.",
+            "يقول الناس إن {place} {adj} {time}.",
+            "رسم {name} صورة {place} {time}.",
+            "بعد المطر كانت رائحة {smell} تملأ {place}.",
+            "التقى {name} بصديق قديم في {place} {time}.",
+            "لم يعرف أحد لماذا انتظر {name} في {place} {time}.",
+        ),
+        pools={
+            "name": ("سامي", "ليلى", "كريم", "نادية", "يوسف", "هدى", "عمر", "سلمى", "زياد", "رنا"),
+            "time": ("يوم الثلاثاء", "بعد الظهر", "في الصباح", "في المساء", "في الشتاء الماضي",
+                     "يوم الجمعة", "في الربيع", "في الخريف", "عند الغروب", "في منتصف الليل"),
+            "place": ("السوق", "المكتبة", "الحديقة", "الميناء", "المتحف", "المحطة", "الشاطئ", "المقهى",
+                      "الجسر", "المخبز"),
+            "adj": ("هادئا", "باردا", "جميلا", "مزدحما", "لطيفا", "عاصفا", "دافئا"),
+            "topic": ("الطقس", "الأغاني القديمة", "السفر", "الزراعة", "الجيران", "الروايات", "الأحلام"),
+            "object": ("مظلة زرقاء", "كرسيين خشبيين", "خبزا طازجا", "خريطة قديمة", "سلة تفاح", "فانوسا"),
+            "smell": ("الصنوبر", "التراب", "الياسمين", "العشب", "الحطب"),
+        },
+        keys=tuple(f"{a} {b}" for a in ("الوادي", "النهر", "الجبل", "البحر", "القمر", "الجسر")
+                   for b in ("الأحمر", "الذهبي", "الأبيض", "الأزرق", "الفضي", "الأخضر")),
+        needle="الرمز الخاص بمفتاح {key} هو: {value}.",
+        needle_question="ما هو الرمز الخاص بمفتاح {key}؟",
+        people=("خالد منصور", "رامي حداد", "طارق سليمان", "وليد عيسى", "مازن قاسم", "فادي نصار",
+                "باسل عودة", "نبيل شاهين"),
+        companies=("النور", "الأفق", "الرواد", "السنابل", "الواحة", "المدار"),
+        cities=("عمان", "بيروت", "تونس", "الرباط", "الدوحة", "مسقط", "الكويت", "بغداد"),
+        works_at="يعمل {person} في شركة {company}.",
+        based_in="يقع مقر شركة {company} في مدينة {city}.",
+        hop_question="في أي مدينة يعمل {person}؟",
+    ),
+}  # fmt: skip
+
+
+def _pack_sentence(pack: _LanguagePack) -> Callable[[random.Random], str]:
+    def sentence(rng: random.Random) -> str:
+        values = {key: rng.choice(pool) for key, pool in pack.pools.items()}
+        values["name2"] = rng.choice([n for n in pack.pools["name"] if n != values["name"]])
+        values["Time"] = _cap(values["time"])
+        return rng.choice(pack.templates).format(**values)
+
+    return sentence
+
+
+def _needle_in(language: str) -> Callable[..., _Draft]:
+    pack = _PACKS[language]
+
+    def build(rng, count_tokens, target, depth, layout, index) -> _Draft:
+        keys = rng.sample(pack.keys, 4)
+        values = [str(rng.randint(1_000_000, 9_999_999)) for _ in keys]
+        needles = [pack.needle.format(key=k, value=v) for k, v in zip(keys, values, strict=True)]
+        docs, gold, depths = _build_prose(
+            rng, count_tokens, target, [(needles[0], depth, True)], needles[1:], layout, _pack_sentence(pack)
+        )
+        question = pack.needle_question.format(key=keys[0])
+        meta = {"language": language, "key": keys[0]}
+        return _Draft(question, [values[0]], docs, gold, depths, 1, meta)
+
+    return build
+
+
+def _multi_hop_in(language: str) -> Callable[..., _Draft]:
+    pack = _PACKS[language]
+
+    def build(rng, count_tokens, target, depth, layout, index) -> _Draft:
+        people = rng.sample(pack.people, 4)
+        companies = rng.sample(pack.companies, 4)
+        cities = rng.sample(pack.cities, 4)
+        chains = [
+            [pack.works_at.format(person=p, company=c), pack.based_in.format(company=c, city=city)]
+            for p, c, city in zip(people, companies, cities, strict=True)
+        ]
+        placed: list[tuple[str, float | None, bool]] = [
+            (chains[0][0], depth, True),
+            (chains[0][1], None, True),
+        ]
+        distractors = [text for chain in chains[1:] for text in chain]
+        docs, gold, depths = _build_prose(
+            rng, count_tokens, target, placed, distractors, layout, _pack_sentence(pack)
+        )
+        question = pack.hop_question.format(person=people[0])
+        meta = {"language": language, "person": people[0], "company": companies[0]}
+        return _Draft(question, [cities[0]], docs, gold, depths, 2, meta)
+
+    return build
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """A task family: its generator and how many facts chain to the answer."""
@@ -546,6 +739,17 @@ TASKS: dict[str, TaskSpec] = {
         "multi_hop3", 3, _multi_hop3, "three-hop chain: person -> team -> company -> city"
     ),
 }
+_LANGUAGE_NAMES = {"de": "German", "zh": "Chinese", "ar": "Arabic (right to left)"}
+for _code, _name in _LANGUAGE_NAMES.items():
+    TASKS[f"needle_{_code}"] = TaskSpec(
+        f"needle_{_code}", 1, _needle_in(_code), f"multi-key needle in {_name}"
+    )
+    TASKS[f"multi_hop_{_code}"] = TaskSpec(
+        f"multi_hop_{_code}", 2, _multi_hop_in(_code), f"two-hop bridge in {_name}"
+    )
+MULTILINGUAL_TASKS: tuple[str, ...] = tuple(
+    f"{kind}_{code}" for code in _LANGUAGE_NAMES for kind in ("needle", "multi_hop")
+)
 DEFAULT_TASKS: tuple[str, ...] = ("needle", "multi_hop", "conflict", "json_kv")
 
 

@@ -39,6 +39,7 @@ class ReadoutCapture:
     total_len: int
     stop_layer: int
     rows: dict[int, torch.Tensor] = field(default_factory=dict)
+    cue_index: torch.Tensor | None = None  # (q,) query positions to read instead of the last w
 
 
 class _StopForward(Exception):
@@ -57,6 +58,7 @@ def cue_attention_rows(
     attention_mask: torch.Tensor | None = None,
     softcap: float | None = None,
     sliding_window: int | None = None,
+    cue_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Softmax attention rows of the last ``cue_window`` queries for some query heads.
 
@@ -66,20 +68,26 @@ def cue_attention_rows(
         heads: (h,) query-head indices; grouped-query heads map to key head ``head // n_rep``.
         attention_mask: (1, 1|num_heads, q_len, kv_len), bool (True = attend) or additive float;
             None means causal.
+        cue_index: (c,) query positions to read instead of the last ``cue_window`` (needs
+            ``attention_mask``).
 
     Returns:
-        (h, w, kv_len) float32 rows that each sum to 1.
+        (h, w, kv_len) float32 rows that each sum to 1 (w = c with ``cue_index``).
     """
     q_len, kv_len = query.shape[2], key.shape[2]
     w = min(cue_window, q_len)
     n_rep = query.shape[1] // key.shape[1]
-    q = query[0, heads, q_len - w :, :].float()  # (h, w, d)
+    if cue_index is None:
+        cue_index = torch.arange(q_len - w, q_len, device=query.device)
+    elif attention_mask is None:
+        raise ValueError("cue_index needs an attention mask")
+    q = query[0, heads][:, cue_index].float()  # (h, w, d)
     k = key[0, heads // n_rep].float()  # (h, kv_len, d)
     scores = torch.matmul(q, k.transpose(-1, -2)) * scaling  # (h, w, kv_len)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if attention_mask is not None:
-        mask = attention_mask[0, :, q_len - w :, :kv_len]
+        mask = attention_mask[0, :, cue_index, :kv_len]
         if mask.shape[0] != 1:
             mask = mask[heads]
         if mask.dtype == torch.bool:
@@ -110,6 +118,7 @@ def _capture(module, query, key, attention_mask, scaling, kwargs) -> None:
         attention_mask,
         kwargs.get("softcap"),
         kwargs.get("sliding_window"),
+        None if capture.cue_index is None else capture.cue_index.to(query.device),
     )
     if rows.shape[-1] < capture.total_len:  # a cache that kept only the recent keys
         rows = torch.nn.functional.pad(rows, (capture.total_len - rows.shape[-1], 0))
@@ -282,6 +291,83 @@ class TransformersBackend:
         Returns:
             (len(heads), w, prefix_len + len(suffix_ids)) float32 rows, in ``heads`` order.
         """
+        return self._read_pass(cache, prefix_len, suffix_ids, heads, cue_window)
+
+    @property
+    def shares_reads(self) -> bool:
+        """Whether :meth:`read_branches` runs as one forward (no sliding-window layers to mask)."""
+        config = self.model.config.get_text_config()
+        layer_types = getattr(config, "layer_types", None) or ()
+        return not getattr(config, "sliding_window", None) and "sliding_attention" not in layer_types
+
+    @torch.inference_mode()
+    def read_branches(
+        self,
+        cache: DynamicCache,
+        prefix_len: int,
+        shared_ids: list[int],
+        branches: list[list[int]],
+        heads: HeadSet,
+        cue_window: int,
+    ) -> list[torch.Tensor]:
+        """``[read(cache, prefix_len, shared_ids + b, heads, cue_window) for b in branches]`` in one pass.
+
+        The shared tokens are computed once and every branch attends to them and to itself only
+        (a tree mask, with each branch's positions restarting after the shared tokens), so the
+        rows equal those of separate reads to float tolerance. Models with sliding-window layers
+        read the branches one after another.
+
+        Returns:
+            Per branch, (len(heads), w, prefix_len + len(shared_ids) + len(branch)) float32 rows.
+        """
+        if not branches or any(not branch for branch in branches):
+            raise ValueError("read_branches needs at least one branch, each with at least one token")
+        if not self.shares_reads or len(branches) == 1:
+            return [self.read(cache, prefix_len, shared_ids + b, heads, cue_window) for b in branches]
+        shared = len(shared_ids)
+        lengths = [len(b) for b in branches]
+        # Forward order: shared, branch 0, branch 1, ...; ``owner`` -1 marks the shared tokens.
+        owner = torch.cat([torch.full((shared,), -1)] + [torch.full((n,), i) for i, n in enumerate(lengths)])
+        offset = torch.cat([torch.arange(shared)] + [shared + torch.arange(n) for n in lengths])
+        order = torch.arange(len(owner))
+        allowed = (order[None, :] <= order[:, None]) & (
+            (owner[None, :] == -1) | (owner[None, :] == owner[:, None])
+        )  # (m, m): query i may see new token j
+        starts = [shared + sum(lengths[:i]) for i in range(len(lengths))]
+        # Per branch, its tokens in forward order: the shared ones, then its own.
+        own = [
+            torch.cat([torch.arange(shared), start + torch.arange(n)]) for start, n in zip(starts, lengths)
+        ]
+        cues = [tokens[-cue_window:] for tokens in own]
+        dtype = next(self.model.parameters()).dtype
+        mask = torch.zeros(1, 1, len(owner), prefix_len + len(owner), dtype=dtype)
+        mask[0, 0, :, prefix_len:].masked_fill_(~allowed, torch.finfo(dtype).min)
+        rows = self._read_pass(
+            cache,
+            prefix_len,
+            shared_ids + [t for b in branches for t in b],
+            heads,
+            cue_window,
+            attention_mask=mask.to(self.device),
+            position_ids=(prefix_len + offset)[None].to(self.device),
+            cue_index=torch.cat(cues),
+        )  # (h, sum of cue lengths, prefix_len + m)
+        results, row = [], 0
+        for tokens, cue in zip(own, cues):
+            columns = torch.cat([torch.arange(prefix_len), prefix_len + tokens])
+            results.append(rows[:, row : row + len(cue)][..., columns])
+            row += len(cue)
+        return results
+
+    def _read_pass(
+        self,
+        cache: DynamicCache,
+        prefix_len: int,
+        suffix_ids: list[int],
+        heads: HeadSet,
+        cue_window: int,
+        **tree: torch.Tensor,
+    ) -> torch.Tensor:
         total = prefix_len + len(suffix_ids)
         if total > self.window:
             raise PromptTooLongError(f"prompt of {total} tokens exceeds the model window of {self.window}")
@@ -291,6 +377,7 @@ class TransformersBackend:
             cue_window=cue_window,
             total_len=total,
             stop_layer=heads.max_layer,
+            cue_index=tree.pop("cue_index", None),
         )
         token = _ACTIVE.set(capture)
         try:
@@ -299,6 +386,7 @@ class TransformersBackend:
                     input_ids=torch.tensor([suffix_ids], device=self.device),
                     **{self._cache_kw: cache},
                     use_cache=True,
+                    **tree,
                 )
         except _StopForward:
             pass

@@ -73,7 +73,7 @@ def test_gold_spans_slice_exact_engine_sentences(task: str, layout: str) -> None
     assert len(case.gold) == case.hops
     for span, text in zip(case.gold, case.gold_texts(), strict=True):
         assert (span.doc_index, span.char_start, span.char_end) in sentences
-        assert text == text.strip() and len(text) > 10
+        assert text == text.strip() and len(text.encode("utf-8")) > 10
         assert documents[span.doc_index].count(text) == 1
 
 
@@ -187,7 +187,8 @@ def test_lengths_with_the_engine_tokenizer() -> None:
         for length in (1024, 4096):
             case = generate_case(task, length=length, depth=0.75, layout="docs", count_tokens=count)
             assert abs(sum(count(d) for d in case.documents) - length) <= LENGTH_TOLERANCE * length
-            assert abs(_measured_depth(case) - 0.75) <= 0.05
+            # Depth is measured in characters; Arabic facts and filler differ in characters per token.
+            assert abs(_measured_depth(case) - 0.75) <= (0.08 if "language" in case.meta else 0.05)
     # No single token dominates the filler (the " the" sink seen in the design probes).
     case = generate_case("needle", length=2048, depth=0.5, count_tokens=count)
     ids = tokenizer(case.context, add_special_tokens=False)["input_ids"]

@@ -1,0 +1,86 @@
+"""Shared read passes and cached null rows leave the evidence unchanged, on the embedded model."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from recontext_engine import ReContextEngine, ReplayConfig
+from tests.documents import filler, planted_document
+
+pytestmark = pytest.mark.model
+
+CONFIG = ReplayConfig(rounds=2, top_k=4, max_new_tokens=8)
+
+
+class _SeparateReads:
+    """The engine's backend without ``read_branches``: every pass is its own forward, as before."""
+
+    def __init__(self, backend) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name: str):
+        if name == "read_branches":
+            raise AttributeError(name)
+        return getattr(self._backend, name)
+
+
+class _CountingReads(_SeparateReads):
+    def __init__(self, backend) -> None:
+        super().__init__(backend)
+        self.reads = 0
+
+    def read(self, *args, **kwargs):
+        self.reads += 1
+        return self._backend.read(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def baseline(engine) -> ReContextEngine:
+    plain = ReContextEngine(_SeparateReads(engine.backend), engine.tokenizer, engine.heads)
+    plain.row_cache = None
+    return plain
+
+
+def _two_hop() -> str:
+    body = filler(random.Random(11), 24)
+    body[6:6] = ["Ann Vale works at Korvex Labs.", "Bo Lund works at Delmar Group."]
+    body[18:18] = ["Korvex Labs is based in Lisbon.", "Delmar Group is based in Oslo."]
+    return " ".join(body)
+
+
+CASES = [
+    (
+        planted_document("The secret code for the vault is 4172.", sentences=30, seed=5),
+        "What is the secret code?",
+    ),
+    (_two_hop(), "Which city does Ann Vale work in?"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_evidence_and_scores_equal_those_of_separate_read_passes(engine, baseline, case: int) -> None:
+    context, question = CASES[case]
+    engine.row_cache.clear()
+    shared = engine.select_evidence(context, question, CONFIG)
+    separate = baseline.select_evidence(context, question, CONFIG)
+    assert [e.text for e in shared] == [e.text for e in separate]
+    assert [(e.char_start, e.round) for e in shared] == [(e.char_start, e.round) for e in separate]
+    assert [e.score for e in shared] == pytest.approx([e.score for e in separate], rel=1e-4, abs=1e-6)
+
+
+def test_a_second_question_on_the_same_context_reuses_the_null_rows(engine, baseline) -> None:
+    context, _ = CASES[1]
+    counting = ReContextEngine(_CountingReads(engine.backend), engine.tokenizer, engine.heads)
+    first = counting.select_evidence(
+        context, "Which city does Ann Vale work in?", CONFIG.with_options(rounds=1)
+    )
+    assert counting.backend.reads == 2 and len(counting.row_cache) == 1
+    second = counting.select_evidence(context, "Where does Bo Lund work?", CONFIG.with_options(rounds=1))
+    assert counting.backend.reads == 3  # the question pass only
+    assert "Ann Vale works at Korvex Labs." in [e.text for e in first]
+    assert "Bo Lund works at Delmar Group." in [e.text for e in second]
+    cold = baseline.select_evidence(context, "Where does Bo Lund work?", CONFIG.with_options(rounds=1))
+    assert [e.text for e in second] == [e.text for e in cold]
+    assert [e.score for e in second] == pytest.approx([e.score for e in cold], rel=1e-4, abs=1e-6)

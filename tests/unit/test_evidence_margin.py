@@ -1,0 +1,28 @@
+"""The adaptive evidence budget: picks below a fraction of a round's best are left out."""
+
+from __future__ import annotations
+
+import pytest
+
+from recontext_engine import ReplayConfig
+from recontext_engine.controller import within_margin
+from recontext_engine.errors import ReContextError
+
+
+def test_picks_below_the_margin_of_the_best_are_dropped() -> None:
+    picks = [(4, 0.20), (1, 0.15), (7, 0.09), (2, 0.05)]
+    assert within_margin(picks, 0.5) == [(4, 0.20), (1, 0.15)]
+    assert within_margin(picks, 0.0) == picks
+
+
+def test_without_a_positive_best_every_pick_stays() -> None:
+    picks = [(3, -0.1), (5, -0.4)]
+    assert within_margin(picks, 0.9) == picks
+    assert within_margin([], 0.5) == []
+
+
+def test_the_margin_is_validated() -> None:
+    assert ReplayConfig(evidence_margin=0.4).evidence_margin == 0.4
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ReContextError, match="evidence_margin"):
+            ReplayConfig(evidence_margin=bad)

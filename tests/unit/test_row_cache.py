@@ -1,0 +1,69 @@
+"""The pieces of shared read passes: common starts, the row LRU and its keys."""
+
+from __future__ import annotations
+
+import torch
+
+from recontext_engine.heads.headset import HeadSet
+from recontext_engine.reads import RowCache, common_start, read_rows, rows_key
+
+HEADS = HeadSet(((0, 1), (2, 3)))
+
+
+def test_the_common_start_leaves_every_sequence_a_token_of_its_own() -> None:
+    assert common_start([[1, 2, 3, 4], [1, 2, 5]]) == 2
+    assert common_start([[1, 2, 3], [1, 2, 3, 4]]) == 2
+    assert common_start([[7], [7]]) == 0
+
+
+def test_keys_differ_by_prefix_suffix_heads_and_cue_window() -> None:
+    key = rows_key([1, 2], [3], HEADS, 8)
+    assert key == rows_key([1, 2], [3], HEADS, 8)
+    others = {
+        rows_key([1], [2, 3], HEADS, 8),
+        rows_key([1, 2], [4], HEADS, 8),
+        rows_key([1, 2], [3], HeadSet(((0, 1),)), 8),
+        rows_key([1, 2], [3], HEADS, 4),
+    }
+    assert key not in others and len(others) == 4
+
+
+def test_the_row_cache_evicts_the_least_recently_used() -> None:
+    cache = RowCache(max_entries=2)
+    cache.put("a", torch.ones(1))
+    cache.put("b", torch.ones(1))
+    assert cache.get("a") is not None  # "b" is now the oldest
+    cache.put("c", torch.ones(1))
+    assert cache.get("b") is None and len(cache) == 2
+
+
+class _Backend:
+    """Records read passes; rows encode the suffix so that mix-ups show."""
+
+    def __init__(self, branches: bool) -> None:
+        self.calls: list[tuple] = []
+        if branches:
+            self.read_branches = self._read_branches
+
+    def read(self, cache, prefix_len, suffix, heads, cue_window):
+        self.calls.append(("read", tuple(suffix)))
+        return torch.tensor([float(sum(suffix))])
+
+    def _read_branches(self, cache, prefix_len, shared, branches, heads, cue_window):
+        self.calls.append(("branches", tuple(shared), tuple(map(tuple, branches))))
+        return [torch.tensor([float(sum(shared + b))]) for b in branches]
+
+
+def test_read_rows_shares_the_common_start_and_caches_what_is_marked() -> None:
+    backend, cache = _Backend(branches=True), RowCache()
+    rows = read_rows(backend, None, [9, 9], [[1, 2, 3], [1, 2, 4]], HEADS, 8, cache, [False, True])
+    assert [float(r) for r in rows] == [6.0, 7.0]
+    assert backend.calls == [("branches", (1, 2), ((3,), (4,)))]
+    again = read_rows(backend, None, [9, 9], [[1, 5], [1, 2, 4]], HEADS, 8, cache, [False, True])
+    assert [float(r) for r in again] == [6.0, 7.0] and backend.calls[-1] == ("read", (1, 5))
+
+
+def test_read_rows_falls_back_to_one_read_per_suffix() -> None:
+    backend = _Backend(branches=False)
+    rows = read_rows(backend, None, [9], [[1, 2], [1, 3]], HEADS, 8)
+    assert [float(r) for r in rows] == [3.0, 4.0] and [c[0] for c in backend.calls] == ["read", "read"]
