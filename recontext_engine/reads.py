@@ -98,3 +98,19 @@ def read_rows(
         if keys[i]:
             row_cache.put(keys[i], r)  # type: ignore[union-attr]
     return rows  # type: ignore[return-value]
+
+
+class SeparateReads:
+    """A view of a backend without ``read_branches``: every read pass is its own forward.
+
+    The engine then reads the question and the null question one after the other, as it does on
+    backends that cannot share a pass; the overhead script and the tests compare both paths with it.
+    """
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "read_branches":
+            raise AttributeError(name)
+        return getattr(self._backend, name)

@@ -19,6 +19,7 @@ import time
 
 from recontext_engine import ReContextEngine, ReplayConfig
 from recontext_engine.bench.measure import PeakMemory, steady_allocator
+from recontext_engine.reads import SeparateReads
 
 WORDS = ("harbour", "ferry", "lantern", "orchard", "quarry", "violin", "meadow", "archive", "signal", "canal")
 QUESTION = "What code opens the vault of the old archive?"
@@ -34,18 +35,6 @@ def document(tokens: int, count_tokens, seed: int = 0) -> str:
         )
     sentences.insert(len(sentences) // 2, "The vault of the old archive opens with code 5816.")
     return " ".join(sentences)
-
-
-class SeparateReads:
-    """A backend view without ``read_branches``: each read pass is its own forward."""
-
-    def __init__(self, backend) -> None:
-        self._backend = backend
-
-    def __getattr__(self, name: str):
-        if name == "read_branches":
-            raise AttributeError(name)
-        return getattr(self._backend, name)
 
 
 def measure(engine: ReContextEngine, text: str, config: ReplayConfig) -> tuple[float, float, int, str]:

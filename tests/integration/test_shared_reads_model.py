@@ -7,6 +7,7 @@ import random
 import pytest
 
 from recontext_engine import ReContextEngine, ReplayConfig
+from recontext_engine.reads import SeparateReads
 from tests.documents import filler, planted_document
 
 pytestmark = pytest.mark.model
@@ -14,19 +15,7 @@ pytestmark = pytest.mark.model
 CONFIG = ReplayConfig(rounds=2, top_k=4, max_new_tokens=8)
 
 
-class _SeparateReads:
-    """The engine's backend without ``read_branches``: every pass is its own forward, as before."""
-
-    def __init__(self, backend) -> None:
-        self._backend = backend
-
-    def __getattr__(self, name: str):
-        if name == "read_branches":
-            raise AttributeError(name)
-        return getattr(self._backend, name)
-
-
-class _CountingReads(_SeparateReads):
+class _CountingReads(SeparateReads):
     def __init__(self, backend) -> None:
         super().__init__(backend)
         self.reads = 0
@@ -38,7 +27,7 @@ class _CountingReads(_SeparateReads):
 
 @pytest.fixture(scope="module")
 def baseline(engine) -> ReContextEngine:
-    plain = ReContextEngine(_SeparateReads(engine.backend), engine.tokenizer, engine.heads)
+    plain = ReContextEngine(SeparateReads(engine.backend), engine.tokenizer, engine.heads)
     plain.row_cache = None
     return plain
 
