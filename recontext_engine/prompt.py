@@ -51,6 +51,13 @@ def context_block(documents: Sequence[str]) -> tuple[str, list[int]]:
     return "\n\n".join(parts), offsets
 
 
+def render_evidence_block(texts: Sequence[str], config: ReplayConfig) -> str:
+    """The evidence block as the prompt holds it: ``config.evidence_template`` with its first
+    ``{evidence}`` replaced by the sentences (other braces are left alone)."""
+    head, _, tail = config.evidence_template.partition("{evidence}")
+    return head + config.evidence_separator.join(texts) + tail
+
+
 def _map_tokens(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> torch.Tensor:
     """For each token's (start, end) char range, the index of the span it overlaps (-1: none).
 
@@ -122,14 +129,14 @@ class PromptBuilder:
         tail = "\n\n"
         evidence_spans: list[tuple[int, int]] = []
         if evidence:
-            head, _, rest = config.evidence_template.partition("{evidence}")
+            head = config.evidence_template.partition("{evidence}")[0]
             cursor = len(tail) + len(head)
             for i, item in enumerate(evidence):
                 if i:
                     cursor += len(config.evidence_separator)
                 evidence_spans.append((cursor, cursor + len(item.text)))
                 cursor += len(item.text)
-            block = head + config.evidence_separator.join(e.text for e in evidence) + rest
+            block = render_evidence_block([e.text for e in evidence], config)
             tail += block + "\n\n"
         tail += config.question_template.format(question=question)
         _, suffix_text = self._split_rendered(context_text, tail, config)

@@ -1,8 +1,9 @@
 """Glue shared by the LangChain and LlamaIndex adapters (no framework imports here).
 
 The engine cache (one loaded model per settings, whichever adapter asks), the thread bridge that
-runs the synchronous engine under an event loop, the one rendering of the evidence template, the
-evidence payload of responses and events, and the plain-chat notice.
+runs the synchronous engine under an event loop, the evidence payload of responses and events, and
+the plain-chat notice. The evidence block is rendered by the engine's own
+``recontext_engine.prompt.render_evidence_block``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from recontext_engine import Evidence, ReContextEngine, ReplayConfig
+    from recontext_engine import Evidence, ReContextEngine
     from recontext_engine.messages import MessageSplit
 
 T = TypeVar("T")
@@ -44,13 +45,6 @@ def load_engine(model: str | None = None, *, heads: Any = "auto", device: str = 
 
             _ENGINES[key] = ReContextEngine.from_pretrained(model, heads=heads, device=device)
         return _ENGINES[key]
-
-
-def render_evidence(texts: Sequence[str], config: ReplayConfig) -> str:
-    """The evidence block exactly as the engine puts it in the prompt: ``config.evidence_template``
-    with its first ``{evidence}`` replaced by the sentences (other braces are left alone)."""
-    head, _, tail = config.evidence_template.partition("{evidence}")
-    return head + config.evidence_separator.join(texts) + tail
 
 
 def evidence_payload(evidence: Sequence[Evidence], sources: Sequence[int] = ()) -> list[dict[str, Any]]:

@@ -10,8 +10,9 @@ from langchain_core.documents import Document
 from pydantic import BaseModel, Field
 
 from recontext_engine.messages import clean_text
+from recontext_engine.prompt import render_evidence_block
 
-from ..common import load_engine, render_evidence
+from ..common import load_engine
 
 if TYPE_CHECKING:
     from recontext_engine import Evidence, ReContextEngine, ReplayConfig
@@ -104,4 +105,4 @@ def evidence_document(
         "spans": spans,
         "model": model,
     }
-    return Document(page_content=render_evidence([e.text for e in evidence], config), metadata=metadata)
+    return Document(page_content=render_evidence_block([e.text for e in evidence], config), metadata=metadata)

@@ -18,8 +18,9 @@ from llama_index.core.schema import BaseNode, NodeRelationship, NodeWithScore, Q
 
 from recontext_engine import Evidence, ReContextEngine, ReplayConfig
 from recontext_engine.messages import clean_text
+from recontext_engine.prompt import render_evidence_block
 
-from ..common import evidence_payload, render_evidence
+from ..common import evidence_payload
 from .events import ReContextEvidenceEvent, shared_engine
 
 EVIDENCE_KEY = "recontext_evidence"
@@ -47,7 +48,7 @@ def evidence_node(nodes: Sequence[BaseNode], evidence: Sequence[Evidence], confi
     source_ids = list(dict.fromkeys(span["node_id"] for span in spans))
     metadata = {EVIDENCE_KEY: True, "source_node_ids": source_ids, "spans": spans}
     return TextNode(
-        text=render_evidence([e.text for e in evidence], config),
+        text=render_evidence_block([e.text for e in evidence], config),
         metadata=metadata,
         excluded_embed_metadata_keys=list(metadata),
         excluded_llm_metadata_keys=list(metadata),
