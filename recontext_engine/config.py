@@ -95,6 +95,19 @@ class ReplayConfig:
         },
     )
 
+    evidence_cue: float = field(
+        default=0.0,
+        metadata={
+            "help": "Rounds >= 2: weight of the replayed evidence's own attention (each context position's "
+            "strongest attention from an evidence token), added to the question's scores; it points at "
+            "sentences sharing the evidence's entities, the next hop of a chain. 0 = off."
+        },
+    )
+    evidence_order: Literal["document", "score"] = field(
+        default="document",
+        metadata={"help": "Order of the replayed sentences: as in the documents, or best-scored first."},
+    )
+
     def __post_init__(self) -> None:
         checks: list[tuple[bool, str]] = [
             (0 <= self.rounds <= 8, f"rounds must be between 0 and 8, got {self.rounds}"),
@@ -103,7 +116,9 @@ class ReplayConfig:
             (0.0 <= self.decay <= 1.0, f"decay must be in [0, 1], got {self.decay}"),
             (self.candidates in ("context", "full_prompt"), f"unknown candidates {self.candidates!r}"),
             (self.unit in ("token", "sentence"), f"unknown unit {self.unit!r}"),
+            (self.evidence_order in ("document", "score"), f"unknown evidence_order {self.evidence_order!r}"),
             (self.lexical_weight >= 0.0, f"lexical_weight must be >= 0, got {self.lexical_weight}"),
+            (self.evidence_cue >= 0.0, f"evidence_cue must be >= 0, got {self.evidence_cue}"),
             (self.max_evidence is None or self.max_evidence >= 1, "max_evidence must be >= 1 or None"),
             (self.max_sentence_chars >= 20, "max_sentence_chars must be >= 20"),
             ("{evidence}" in self.evidence_template, "evidence_template must contain {evidence}"),

@@ -92,5 +92,9 @@ class EvidencePool:
         """Evidence in document order (sentence ids follow the documents)."""
         return [self._items[s] for s in sorted(self._items)]
 
+    def by_score(self) -> list[Evidence]:
+        """Evidence best-scored first: earlier rounds before later ones, by score within a round."""
+        return sorted(self._items.values(), key=lambda e: (e.round, -e.score))
+
     def sentence_ids(self) -> list[int]:
         return sorted(self._items)

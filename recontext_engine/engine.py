@@ -17,11 +17,12 @@ from .errors import InputError, PromptTooLongError
 from .heads.headset import HeadSet
 from .heads.registry import HeadsArg, resolve_heads
 from .language import documents_language
-from .lexical import bm25_scores
+from .lexical import bm25_scores, recursive_bm25_scores
 from .prompt import NULL_QUESTION, Prefix, PromptBuilder
 from .reads import RowCache, read_rows
 from .results import Evidence, ReplayResult, Usage
 from .scoring import Scorer, scorer_for
+from .scoring.evidence_cue import evidence_cue_scores
 from .spans import check_text, document_sentences, normalize_documents
 
 
@@ -54,19 +55,14 @@ class _Request:
         return bm25_scores(self.question, self.sentence_texts, self.language)
 
     def lexical(self, evidence: Sequence[Evidence] = ()) -> torch.Tensor | None:
-        """BM25 scores of the sentences when the hybrid selection asks for them.
-
-        The query is the question plus the pooled sentences that share a word with it: a later
-        round looks for what connects to them (the second hop of a chain). Pooled sentences that
-        attention picked but that share nothing with the question would steer BM25 off topic.
-        """
+        """BM25 scores of the sentences (the question plus the connected pooled ones as query, see
+        :func:`~recontext_engine.lexical.recursive_bm25_scores`) when the hybrid selection asks."""
         if self.config.unit != "sentence" or self.config.lexical_weight <= 0:
             return None
-        key, scores = self.sentence_key, self.question_scores
-        related = [e.text for e in evidence if scores[key[(e.doc_index, e.char_start, e.char_end)]] > 0]
-        if not related:
-            return scores
-        return bm25_scores(" ".join([self.question, *related]), self.sentence_texts, self.language)
+        pooled = [self.sentence_key[(e.doc_index, e.char_start, e.char_end)] for e in evidence]
+        return recursive_bm25_scores(
+            self.question, self.sentence_texts, pooled, self.language, self.question_scores
+        )
 
 
 EvidenceCallback = Callable[[list[Evidence]], None]
@@ -366,25 +362,39 @@ class ReContextEngine:
         scorer = self.scorer or scorer_for(config)  # a scorer given to the engine overrides config.scorer
         return scorer.score(rows), token_sentence
 
-    def _round_rows(self, request: _Request, evidence: list[Evidence]) -> list[torch.Tensor]:
-        """Rows of one round's question pass and (with null calibration) null-question pass.
+    def _round_rows(
+        self, request: _Request, evidence: list[Evidence]
+    ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """Rows of one round's question pass and (with null calibration) null-question pass, and
+        (with ``evidence_cue``) the question pass's rows of the replayed evidence tokens.
 
-        Both share the prefix cache and the evidence block, which is read once for both; without
-        evidence the null pass depends on the context only and comes from :attr:`row_cache`.
+        Both passes share the prefix cache and the evidence block, which is read once for both;
+        without evidence the null pass depends on the context only and comes from :attr:`row_cache`.
+        The evidence rows come from the same pass, read with a cue window that reaches back to them.
         """
         config, prefix = request.config, request.prefix
         questions = [request.question, NULL_QUESTION] if config.null_calibration else [request.question]
-        suffixes = [self.prompts.suffix(prefix, q, evidence, config).ids for q in questions]
-        return read_rows(
+        suffixes = [self.prompts.suffix(prefix, q, evidence, config, request.sentence_key) for q in questions]
+        window = config.cue_window
+        own = len(suffixes[0].ids)
+        at = torch.nonzero(suffixes[0].token_sentence >= 0).squeeze(-1)
+        if config.evidence_cue > 0 and len(at):
+            # one window for all passes, so no longer than the shortest suffix
+            window = max(window, min(own - int(at[0]), *(len(s.ids) for s in suffixes)))
+        rows = read_rows(
             self.backend,
             request.cache,
             prefix.ids,
-            suffixes,
+            [s.ids for s in suffixes],
             self.heads,
-            config.cue_window,
+            window,
             self.row_cache,
             cacheable=[False, not evidence],
         )
+        if window == config.cue_window:
+            return rows, None
+        at = at[at >= own - window] - (own - window)
+        return [r[:, -config.cue_window :] for r in rows], rows[0][:, at]
 
     def _select(self, request: _Request) -> list[Evidence]:
         config, prefix = request.config, request.prefix
@@ -392,11 +402,15 @@ class ReContextEngine:
         started = time.perf_counter()
         for round_index in range(1, config.rounds + 1):
             current = pool.ordered()
-            rows = self._round_rows(request, current)
+            rows, evidence_rows = self._round_rows(request, current)
             scores, token_sentence = self._scores(request, request.question, current, rows[0])
             if config.null_calibration:
                 null_scores, _ = self._scores(request, NULL_QUESTION, current, rows[1])
                 scores = scores - null_scores
+            if evidence_rows is not None:
+                cue = evidence_cue_scores(evidence_rows, prefix.token_sentence)
+                scores = scores.clone()
+                scores[: len(cue)] += config.evidence_cue * cue
             picks = select_sentences(
                 scores,
                 token_sentence,
@@ -413,7 +427,7 @@ class ReContextEngine:
             if len(pool) >= pool.limit:
                 break
         request.timings["select"] = time.perf_counter() - started
-        return pool.ordered()
+        return pool.by_score() if config.evidence_order == "score" else pool.ordered()
 
     def _run(
         self,

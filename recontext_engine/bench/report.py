@@ -247,6 +247,7 @@ def evaluate_targets(records: Sequence[dict[str, Any]]) -> list[Target]:
             )
         )
 
+    targets += attention_targets(records)
     for length in (2048, 4096, 8192):
         recs = [r for r in _by(records, R2, length=length) if r.get("memory_ratio") is not None]
         ratio = median(r["memory_ratio"] for r in recs)
@@ -267,6 +268,38 @@ def evaluate_targets(records: Sequence[dict[str, Any]]) -> list[Target]:
             )
         targets.append(
             Target(name, "≤ 1.10×", f"{ratio:.2f}× (n={len(recs)})", "PASS" if ok else "MISS", why)
+        )
+    return targets
+
+
+def attention_targets(records: Sequence[dict[str, Any]]) -> list[Target]:
+    """What the heads add: the hybrid against recursive BM25 per task, and attention alone on two hops."""
+    targets = []
+    lexical, attention = "bm25-recursive-r2", "recontext-attn-r2"
+    if lexical in _methods(records):
+        gaps = {}
+        for task in dict.fromkeys(r["task"] for r in records):
+            mine = mean(r["recall"] for r in _by(records, R2, task=task) if r.get("recall") is not None)
+            theirs = mean(
+                r["recall"] for r in _by(records, lexical, task=task) if r.get("recall") is not None
+            )
+            if mine is not None and theirs is not None:
+                gaps[task] = mine - theirs
+        if gaps:
+            worst = min(gaps, key=gaps.__getitem__)
+            best = max(gaps, key=gaps.__getitem__)
+            ok = gaps[worst] >= 0 and gaps[best] >= 0.05
+            detail = ", ".join(f"{t} {g:+.2f}" for t, g in gaps.items())
+            targets.append(
+                Target("R=2 recall vs recursive BM25, per task", "≥ 0 everywhere, +0.05 somewhere", detail,
+                       "PASS" if ok else "MISS")
+            )  # fmt: skip
+    two = mean(r["recall"] for r in _by(records, attention, hops=2) if r.get("recall") is not None)
+    if two is not None:
+        ok = two >= 0.80
+        why = "" if ok else f"{_hop_hits(records, attention, 2)}."
+        targets.append(
+            Target("attention-only R=2 two-hop recall", "≥ 0.80", f"{two:.2f}", "PASS" if ok else "MISS", why)
         )
     return targets
 

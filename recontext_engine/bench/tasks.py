@@ -533,6 +533,40 @@ def _json_kv(rng, count_tokens, target, depth, layout, index, groups: Sequence[i
     return _Draft(question, [gold_value], docs, gold, depths, 1, {"key": gold_key, "pairs": len(pairs)})
 
 
+# Facts and questions that share no content word: the question says it with synonyms, so BM25
+# gives the gold sentence no credit (and may credit a fact that happens to share a word).
+_PARAPHRASES: tuple[tuple[str, str], ...] = (
+    ("The automobile was mended for {v} dollars.", "How much did it cost to fix the car?"),
+    (
+        "Our physician told grandfather to stroll {v} kilometres every day.",
+        "How far should the old man walk daily according to his doctor?",
+    ),
+    (
+        "The youngsters planted {v} saplings beside the pond.",
+        "How many young trees did the children put near the lake?",
+    ),
+    ("The vessel stayed at the port for {v} days of repairs.", "How long was the ship kept in the harbour?"),
+    (
+        "The pupils read {v} novels during the holidays.",
+        "How many books did the students finish over the vacation?",
+    ),
+    (
+        "The chef purchased {v} kilograms of fish at dawn.",
+        "How much seafood did the cook buy early in the morning?",
+    ),
+    ("The attorney charged {v} euros per hour for counsel.", "What fee does the lawyer ask for advice?"),
+    ("The blaze destroyed {v} barns on the estate.", "How many farm buildings did the fire burn down?"),
+)
+
+
+def _paraphrase(rng, count_tokens, target, depth, layout, index) -> _Draft:
+    chosen = rng.sample(_PARAPHRASES, 6)
+    values = rng.sample(range(12, 99), len(chosen))
+    facts = [fact.format(v=v) for (fact, _), v in zip(chosen, values, strict=True)]
+    docs, gold, depths = _build_prose(rng, count_tokens, target, [(facts[0], depth, True)], facts[1:], layout)
+    return _Draft(chosen[0][1], [str(values[0])], docs, gold, depths, 1, {"fact": facts[0]})
+
+
 # -- other languages: the needle and two-hop tasks over filler in the language ------------------
 
 
@@ -737,6 +771,9 @@ TASKS: dict[str, TaskSpec] = {
     "json_kv": TaskSpec("json_kv", 1, _json_kv, "JSON key-value retrieval (HELMET json_kv)"),
     "multi_hop3": TaskSpec(
         "multi_hop3", 3, _multi_hop3, "three-hop chain: person -> team -> company -> city"
+    ),
+    "paraphrase": TaskSpec(
+        "paraphrase", 1, _paraphrase, "lookup whose question shares no content word with the evidence"
     ),
 }
 _LANGUAGE_NAMES = {"de": "German", "zh": "Chinese", "ar": "Arabic (right to left)"}

@@ -110,6 +110,25 @@ def random_row(
     )
 
 
+def lexical_row(readouts: Sequence[CaseReadout], pool_sizes: Sequence[int]) -> EvalRow | None:
+    """BM25 over the same sentences, no heads: what the lexical arm of the hybrid finds alone.
+
+    A gold sentence that shares no word with the question (score 0) is never counted as found.
+    """
+    if not readouts or any(r.lexical is None for r in readouts):
+        return None
+    recall, mrr = dict.fromkeys(pool_sizes, 0.0), 0.0
+    for case in readouts:
+        assert case.lexical is not None
+        gold_scores = case.lexical[case.gold]
+        ranks = (case.lexical[None, :] > gold_scores[:, None]).sum(-1)
+        credited = gold_scores > 0
+        for k in pool_sizes:
+            recall[k] += float(((ranks < k) & credited).float().mean()) / len(readouts)
+        mrr += float(torch.where(credited, 1.0 / (ranks + 1), 0.0).mean()) / len(readouts)
+    return EvalRow("BM25 alone (lexical arm, no heads)", 0, recall, mrr)
+
+
 def compare_head_sets(
     readouts: Sequence[CaseReadout],
     head_set: HeadSet,
@@ -149,6 +168,9 @@ def compare_head_sets(
     rows.append(
         random_row(readouts, len(detected), total, draws=draws, seed=seed, pool_sizes=ks, scorer=scorer)
     )
+    lexical = lexical_row(readouts, ks)
+    if lexical is not None:
+        rows.append(lexical)
     families: dict[str, dict[str, float]] = {}
     everything = torch.arange(total)
     for family in FAMILIES:
@@ -162,6 +184,9 @@ def compare_head_sets(
             **{f"detected R@{k}": float(mine[f"recall@{k}"]) for k in ks},
             f"all heads R@{ks[-1]}": float(base[f"recall@{ks[-1]}"]),
         }
+        lexical_family = lexical_row(subset, ks)
+        if lexical_family is not None:
+            families[family][f"BM25 R@{ks[-1]}"] = lexical_family.recall[ks[-1]]
     return rows, families
 
 

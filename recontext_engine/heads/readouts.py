@@ -17,6 +17,8 @@ import torch
 
 from ..config import ReplayConfig
 from ..errors import HeadSetError
+from ..language import documents_language
+from ..lexical import bm25_scores
 from ..prompt import NULL_QUESTION, PromptBuilder
 from ..spans import document_sentences
 from .calibration import FAMILIES, CalibrationCase, make_cases
@@ -36,6 +38,7 @@ class CaseReadout:
     question: torch.Tensor
     null: torch.Tensor
     num_tokens: int
+    lexical: torch.Tensor | None = None  # (S,) BM25 scores against the question: the no-heads baseline
 
     @property
     def num_sentences(self) -> int:
@@ -114,7 +117,9 @@ def read_case(
         rows = readout.read(cache, n, suffix.ids, heads, config.cue_window)[..., :n]  # (h, w, n)
         summed = torch.zeros(*rows.shape[:2], len(sentences) + 1)
         sums.append(summed.index_add_(2, bucket, rows.float()))  # (h, w, S + 1)
-    return CaseReadout(case.family, torch.tensor(gold), sums[0], sums[1], n)
+    texts = [documents[s.doc_index][s.start : s.end] for s in sentences]
+    lexical = bm25_scores(case.question, texts, documents_language(documents, config.language))
+    return CaseReadout(case.family, torch.tensor(gold), sums[0], sums[1], n, lexical)
 
 
 def read_cases(

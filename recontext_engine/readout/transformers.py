@@ -184,6 +184,16 @@ class ReservedLayer(DynamicLayer):
         self.keys, self.values = keys[..., :end, :], values[..., :end, :]
         return self.keys, self.values
 
+    def reserve(self, capacity: int) -> None:
+        """Grow the buffer to hold ``capacity`` positions (exactly; no spare beyond it)."""
+        buffers = getattr(self, "_buffers", None)
+        if not self.is_initialized or buffers is None or capacity <= buffers[0].shape[-2]:
+            return
+        length = self.keys.shape[-2]
+        self._buffers = tuple(_grown(t, t, length, capacity) for t in (self.keys, self.values))
+        keys, values = self._buffers
+        self.keys, self.values = keys[..., :length, :], values[..., :length, :]
+
 
 def _grown(current: torch.Tensor, incoming: torch.Tensor, length: int, capacity: int) -> torch.Tensor:
     shape = (*incoming.shape[:-2], capacity, incoming.shape[-1])
@@ -199,6 +209,12 @@ class ReservedCache(DynamicCache):
     def __init__(self) -> None:
         super().__init__()
         self.layer_class_to_replicate = ReservedLayer
+
+    def reserve(self, capacity: int) -> None:
+        """Make every layer hold ``capacity`` positions without growing again (one layer copied at a time)."""
+        for layer in self.layers:
+            if isinstance(layer, ReservedLayer):
+                layer.reserve(capacity)
 
 
 def truncate_cache(cache: DynamicCache, length: int) -> None:
@@ -424,6 +440,10 @@ class TransformersBackend:
         generator = torch.Generator().manual_seed(config.seed) if config.temperature > 0 else None
         ids = suffix_ids
         room = self.window - cache.get_seq_length() - len(suffix_ids)
+        if isinstance(cache, ReservedCache):
+            # Grow once to what this generation can use: growing by the reserve mid-way would leave
+            # the whole cache that much larger (a replayed prompt plus the answer often passes it).
+            cache.reserve(cache.get_seq_length() + len(suffix_ids) + min(config.max_new_tokens, room))
         for _ in range(min(config.max_new_tokens, room)):
             token = next_token(self.next_logits(cache, ids), config, generator)
             if token in eos_ids:

@@ -25,10 +25,11 @@ from recontext_engine.messages import DEFAULT_QUESTION_MARKER, MessageSplit, con
 from recontext_engine.messages import chat_messages as plain_chat
 from recontext_engine.messages import split_messages as split_dicts
 
-from ..common import EVIDENCE_EVENT, PlainChatNotice, evidence_payload, iterate_in_thread, load_engine
+from ..common import EVIDENCE_EVENT, PlainChatNotice, evidence_payload, iterate_in_thread
+from .selection import EngineSettings
 
 if TYPE_CHECKING:
-    from recontext_engine import ReContextEngine, ReplayResult, ReplayStream
+    from recontext_engine import ReplayResult, ReplayStream
 
 # Same as recontext_engine.loading.EMBEDDED_NAME; repeated so tracing needs no torch import.
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -138,7 +139,7 @@ class _EvidenceEvent:
         self.data = data
 
 
-class ChatReContext(BaseChatModel):
+class ChatReContext(EngineSettings, BaseChatModel):
     """A local LLM that replays the evidence its own retrieval heads point at (ReContext).
 
     Context/question rule: :mod:`recontext_engine.messages` (``question_marker`` and
@@ -164,23 +165,11 @@ class ChatReContext(BaseChatModel):
     process. Tool calling and structured output are not supported.
     """
 
-    engine: Any = Field(default=None, exclude=True)
-    """A loaded ``ReContextEngine``; when set, ``model``, ``heads`` and ``device`` are unused."""
-    model: str | None = None
-    """Hub id, local folder or GGUF path; None: the embedded default model."""
-    heads: str | list[tuple[int, int]] = "auto"
-    """Retrieval heads: ``"auto"``, a JSON path or ``(layer, head)`` pairs."""
-    device: str = "cpu"
-    rounds: int | None = None
-    """Replay rounds (0: vanilla); None: the engine default."""
-    top_k: int | None = None
     max_tokens: int | None = 256
     temperature: float = 0.0
     top_p: float | None = None
     seed: int | None = None
     stop: list[str] | None = None
-    replay_options: dict[str, Any] = Field(default_factory=dict)
-    """Other ``ReplayConfig`` fields, e.g. ``{"cue_window": 16, "unit": "token"}``."""
     question_marker: str | None = DEFAULT_QUESTION_MARKER
     history_as_context: bool = True
     message_splitter: Callable[..., MessageSplit] | None = Field(default=None, exclude=True)
@@ -229,12 +218,6 @@ class ChatReContext(BaseChatModel):
         if stops:
             params["ls_stop"] = list(stops)
         return params
-
-    def get_engine(self) -> ReContextEngine:
-        """The injected engine, or the one for ``model``/``heads``/``device`` (loaded on first use)."""
-        if self.engine is not None:
-            return self.engine
-        return load_engine(self.model, heads=self.heads, device=self.device)
 
     def get_token_ids(self, text: str) -> list[int]:
         """Token ids from the served model's own tokenizer (offline)."""

@@ -21,17 +21,20 @@ EVIDENCE_KIND = "recontext_evidence"
 
 
 class EngineSettings(BaseModel):
-    """The engine and selection settings of a LangChain component that selects evidence."""
+    """Engine and replay settings shared by the chat model, the replayer and the compressor."""
 
     engine: Any = Field(default=None, exclude=True)
     """A loaded ``ReContextEngine``; when set, ``model``, ``heads`` and ``device`` are unused."""
     model: str | None = None
+    """Hub id, local folder or GGUF path; None: the embedded default model."""
     heads: str | list[tuple[int, int]] = "auto"
+    """Retrieval heads: ``"auto"``, a JSON path or ``(layer, head)`` pairs."""
     device: str = "cpu"
     rounds: int | None = None
+    """Replay rounds (0: vanilla); None: the engine default."""
     top_k: int | None = None
     replay_options: dict[str, Any] = Field(default_factory=dict)
-    """Other ``ReplayConfig`` fields used for selection (e.g. ``max_evidence``, ``unit``)."""
+    """Other ``ReplayConfig`` fields, e.g. ``{"max_evidence": 4, "unit": "token"}``."""
 
     def get_engine(self) -> ReContextEngine:
         """The injected engine, or the shared one for ``model``/``heads``/``device`` (loaded on first use)."""

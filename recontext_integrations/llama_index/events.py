@@ -1,14 +1,10 @@
-"""The evidence instrumentation event, and the engine that the LlamaIndex components share."""
+"""The evidence instrumentation event of the LlamaIndex components."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from llama_index.core.instrumentation.events.base import BaseEvent
-
-from recontext_engine import ReContextEngine
-
-from ..common import load_engine
 
 
 class ReContextEvidenceEvent(BaseEvent):
@@ -26,10 +22,3 @@ class ReContextEvidenceEvent(BaseEvent):
     @classmethod
     def class_name(cls) -> str:
         return "ReContextEvidenceEvent"
-
-
-def shared_engine(owner: Any) -> ReContextEngine:
-    """The owner's engine: the one it was given, else the process-wide one for its settings."""
-    if owner._engine is None:
-        owner._engine = load_engine(owner.model, heads=owner.heads, device=owner.device)
-    return owner._engine

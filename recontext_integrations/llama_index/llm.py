@@ -42,7 +42,8 @@ from recontext_engine.messages import (
 )
 
 from ..common import PlainChatNotice, evidence_payload, iterate_in_thread
-from .events import ReContextEvidenceEvent, shared_engine
+from .base import LocalEngine
+from .events import ReContextEvidenceEvent
 
 T = TypeVar("T")
 _CONFIG_FIELDS = frozenset(f.name for f in fields(ReplayConfig))
@@ -62,7 +63,7 @@ async def _in_thread(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
         yield item
 
 
-class ReContextLLM(CustomLLM):
+class ReContextLLM(LocalEngine, CustomLLM):
     """A local LLM that replays the evidence its own retrieval heads point at (arXiv 2607.02509).
 
     Pass a ready ``engine=``, or set ``model`` (None: the embedded SmolLM2-135M-Instruct), ``heads``
@@ -78,11 +79,6 @@ class ReContextLLM(CustomLLM):
     ``message_index`` it came from), usage and timings.
     """
 
-    model: str | None = Field(default=None, description="Hub id, local folder or .gguf; None = embedded.")
-    heads: str | list[tuple[int, int]] = Field(
-        default="auto", description="Head set: 'auto', a JSON path or pairs."
-    )
-    device: str = Field(default="cpu", description="Torch device for a lazily loaded model.")
     max_new_tokens: int = Field(default=256, ge=1, description="Tokens to generate at most (num_output).")
     temperature: float = Field(default=0.0, ge=0.0, description="0 = greedy (deterministic).")
     replay_options: dict[str, Any] = Field(
@@ -94,12 +90,7 @@ class ReContextLLM(CustomLLM):
     )
     history_as_context: bool = Field(default=True, description="Earlier chat turns are context documents.")
 
-    _engine: ReContextEngine | None = PrivateAttr(default=None)
     _notice: PlainChatNotice = PrivateAttr(default_factory=PlainChatNotice)
-
-    def __init__(self, engine: ReContextEngine | None = None, **data: Any) -> None:
-        super().__init__(**data)
-        self._engine = engine
 
     @field_validator("replay_options")
     @classmethod
@@ -113,11 +104,6 @@ class ReContextLLM(CustomLLM):
     @classmethod
     def class_name(cls) -> str:
         return "ReContextLLM"
-
-    @property
-    def engine(self) -> ReContextEngine:
-        """The engine (loaded now if it is not yet)."""
-        return shared_engine(self)
 
     @property
     def metadata(self) -> LLMMetadata:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
+from llama_index.core.bridge.pydantic import Field, field_validator
 from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
@@ -21,7 +21,8 @@ from recontext_engine.messages import clean_text
 from recontext_engine.prompt import render_evidence_block
 
 from ..common import evidence_payload
-from .events import ReContextEvidenceEvent, shared_engine
+from .base import LocalEngine
+from .events import ReContextEvidenceEvent
 
 EVIDENCE_KEY = "recontext_evidence"
 SENTENCE_KEY = "recontext_sentence"
@@ -71,7 +72,7 @@ def sentence_node(nodes: Sequence[BaseNode], item: Evidence) -> TextNode:
     )
 
 
-class ReContextEvidencePostprocessor(BaseNodePostprocessor):
+class ReContextEvidencePostprocessor(LocalEngine, BaseNodePostprocessor):
     """Evidence from the retrieved nodes, chosen by the local model's attention.
 
     ``mode="append"`` (default) keeps every node and appends one evidence node, last, so it sits
@@ -89,11 +90,6 @@ class ReContextEvidencePostprocessor(BaseNodePostprocessor):
     regex), control characters such as form feeds turned into spaces.
     """
 
-    model: str | None = Field(default=None, description="Hub id, local folder or .gguf; None = embedded.")
-    heads: str | list[tuple[int, int]] = Field(
-        default="auto", description="Head set: 'auto', a JSON path or pairs."
-    )
-    device: str = Field(default="cpu", description="Torch device for a lazily loaded model.")
     mode: Literal["append", "extract"] = Field(
         default="append", description="'append': nodes + one evidence node; 'extract': one node per sentence."
     )
@@ -105,12 +101,6 @@ class ReContextEvidencePostprocessor(BaseNodePostprocessor):
         description="ReplayConfig fields for the selection, e.g. {'rounds': 1, 'top_k': 4}.",
     )
 
-    _engine: ReContextEngine | None = PrivateAttr(default=None)
-
-    def __init__(self, engine: ReContextEngine | None = None, **data: Any) -> None:
-        super().__init__(**data)
-        self._engine = engine
-
     @field_validator("replay_options")
     @classmethod
     def _check_options(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -120,11 +110,6 @@ class ReContextEvidencePostprocessor(BaseNodePostprocessor):
     @classmethod
     def class_name(cls) -> str:
         return "ReContextEvidencePostprocessor"
-
-    @property
-    def engine(self) -> ReContextEngine:
-        """The engine (loaded now if it is not yet)."""
-        return shared_engine(self)
 
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None

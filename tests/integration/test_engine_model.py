@@ -52,6 +52,21 @@ def test_each_round_adds_new_sentences_and_follows_the_chain(engine) -> None:
     assert "Ann Vale works at Korvex Labs." in texts and "Korvex Labs is based in Lisbon." in texts
 
 
+def test_the_evidence_cue_lets_attention_alone_follow_a_chain(engine) -> None:
+    from recontext_engine.bench.metrics import evidence_recall
+    from recontext_engine.bench.tasks import generate_case
+
+    # A generated two-hop case whose second hop attention alone misses (found by a seeded search).
+    case = generate_case("multi_hop", length=1024, depth=0.25, count_tokens=engine.count_tokens, seed=0)
+    attention = SMALL.with_options(lexical_weight=0.0)
+    without = engine.select_evidence(case.context, case.question, attention)
+    with_cue = engine.select_evidence(case.context, case.question, attention.with_options(evidence_cue=1.0))
+    assert evidence_recall(without, case.gold) == 0.5
+    assert evidence_recall(with_cue, case.gold) == 1.0
+    second_hop = [e for e in with_cue if case.gold_texts()[1] == e.text]
+    assert second_hop and second_hop[0].round == 2
+
+
 def test_later_rounds_query_bm25_with_the_pooled_sentences_that_share_the_question_words(engine) -> None:
     body = filler(random.Random(12), 30)
     body[5:5] = ["Ann Vale works at Korvex Labs."]

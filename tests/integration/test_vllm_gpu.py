@@ -39,28 +39,16 @@ def setup(tmp_path_factory):
     rng = random.Random(3)
     cases = [check.make_case(rng, 60) for _ in range(4)]
     heads = check.TINY_HEADS
+    on_vllm = dict(
+        model=str(folder), backend="vllm", heads=heads, gpu_memory_utilization=0.25, max_model_len=4096
+    )
     engines = {
         "transformers": ReContextEngine.from_pretrained(
             str(folder), backend="transformers", device="cuda", dtype="float32", heads=heads
         ),
-        "paged": ReContextEngine.from_pretrained(
-            str(folder),
-            backend="vllm",
-            readout="paged",
-            dtype="bfloat16",
-            heads=heads,
-            gpu_memory_utilization=0.25,
-            max_model_len=4096,
-        ),
+        "paged": ReContextEngine.from_pretrained(**on_vllm, readout="paged", dtype="bfloat16"),
         "vllm+transformers": ReContextEngine.from_pretrained(
-            str(folder),
-            backend="vllm",
-            readout="transformers",
-            readout_device="cuda",
-            dtype="float32",
-            heads=heads,
-            gpu_memory_utilization=0.25,
-            max_model_len=4096,
+            **on_vllm, readout="transformers", readout_device="cuda", dtype="float32"
         ),
     }
     return engines, cases

@@ -157,6 +157,31 @@ def test_targets_pass_miss_and_not_measured() -> None:
     assert evaluate_targets([_record("vanilla", "a", True)])[0].status == "N/A"
 
 
+def test_attention_targets_compare_the_hybrid_with_recursive_bm25_per_task() -> None:
+    records = []
+    for i in range(2):
+        records += [
+            _record("recontext-r2", f"n{i}", True, task="needle", recall=1.0),
+            _record("bm25-recursive-r2", f"n{i}", True, task="needle", recall=1.0),
+            _record("recontext-r2", f"p{i}", True, task="paraphrase", recall=0.5),
+            _record("bm25-recursive-r2", f"p{i}", False, task="paraphrase", recall=0.0),
+            _record("recontext-attn-r2", f"h{i}", False, hops=2, task="multi_hop", recall=0.5,
+                    gold_hits=[True, False]),
+        ]  # fmt: skip
+    targets = {t.name: t for t in evaluate_targets(records)}
+    versus = targets["R=2 recall vs recursive BM25, per task"]
+    assert (
+        versus.status == "PASS"
+        and "paraphrase +0.50" in versus.measured
+        and "needle +0.00" in versus.measured
+    )
+    records.append(_record("bm25-recursive-r2", "n9", True, task="needle", recall=1.0))
+    records.append(_record("recontext-r2", "n9", True, task="needle", recall=0.0))
+    assert {t.name: t for t in evaluate_targets(records)}[versus.name].status == "MISS"
+    attention = targets["attention-only R=2 two-hop recall"]
+    assert attention.status == "MISS" and "hop 2 0/2" in attention.why
+
+
 def test_write_report_outputs(tmp_path: Path) -> None:
     case = BenchCase(
         case_id="needle-1024-d0.5-text-0",

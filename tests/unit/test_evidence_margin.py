@@ -1,11 +1,11 @@
-"""The adaptive evidence budget: picks below a fraction of a round's best are left out."""
+"""The adaptive evidence budget (picks below a fraction of a round's best are left out) and the order."""
 
 from __future__ import annotations
 
 import pytest
 
-from recontext_engine import ReplayConfig
-from recontext_engine.controller import within_margin
+from recontext_engine import Evidence, ReplayConfig
+from recontext_engine.controller import EvidencePool, within_margin
 from recontext_engine.errors import ReContextError
 
 
@@ -26,3 +26,13 @@ def test_the_margin_is_validated() -> None:
     for bad in (-0.1, 1.0):
         with pytest.raises(ReContextError, match="evidence_margin"):
             ReplayConfig(evidence_margin=bad)
+
+
+def test_the_pool_reads_in_document_order_or_best_first_round_by_round() -> None:
+    pool = EvidencePool(limit=4)
+    for sentence_id, score, round_index in [(5, 0.9, 1), (2, 0.4, 1), (1, 0.8, 2), (9, 0.3, 2)]:
+        pool.add(
+            sentence_id, Evidence(f"s{sentence_id}", 0, sentence_id, sentence_id + 1, score, round_index)
+        )
+    assert [e.text for e in pool.ordered()] == ["s1", "s2", "s5", "s9"]
+    assert [e.text for e in pool.by_score()] == ["s5", "s2", "s1", "s9"]

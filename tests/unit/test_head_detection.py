@@ -13,7 +13,7 @@ from recontext_engine import HeadSet, HeadSetError, ReplayConfig
 from recontext_engine.controller import select_sentences
 from recontext_engine.heads.calibration import FAMILIES, make_cases
 from recontext_engine.heads.detect import DetectSettings, detect, detect_heads
-from recontext_engine.heads.evaluate import compare_head_sets
+from recontext_engine.heads.evaluate import compare_head_sets, lexical_row
 from recontext_engine.heads.headset import model_fingerprint
 from recontext_engine.heads.metrics import gold_metrics, mean_metrics, sentence_scores
 from recontext_engine.heads.readouts import CaseReadout, gold_sentence_ids, read_cases
@@ -150,6 +150,29 @@ def test_evaluation_shows_the_planted_head_beats_all_heads_and_random(backend, t
 
 
 # -- scoring pieces ----------------------------------------------------------------------------
+
+
+def test_lexical_row_counts_only_gold_that_bm25_credits():
+    def case(lexical: list[float], gold: list[int]) -> CaseReadout:
+        summed = torch.zeros(1, 1, len(lexical) + 1)
+        return CaseReadout("x", torch.tensor(gold), summed, summed, 10, torch.tensor(lexical))
+
+    # Gold ranked first; gold ranked fourth; gold sharing no word with the question (score 0).
+    row = lexical_row(
+        [case([3.0, 1.0, 0.0], [0]), case([1.0, 2.0, 0.5, 3.0], [2]), case([0.0, 0.0], [1])], (1, 4)
+    )
+    assert row is not None and row.num_heads == 0
+    assert row.recall[1] == pytest.approx(1 / 3)
+    assert row.recall[4] == pytest.approx(
+        2 / 3
+    )  # the zero-score gold is not found, though no sentence beats it
+    assert row.mrr == pytest.approx((1 + 1 / 4) / 3)
+    assert (
+        lexical_row(
+            [CaseReadout("x", torch.tensor([0]), torch.zeros(1, 1, 2), torch.zeros(1, 1, 2), 5)], (1,)
+        )
+        is None
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SCORERS))
@@ -341,8 +364,9 @@ def test_bundled_set_of_the_embedded_model_beats_all_heads_and_random_on_held_ou
     )
     readouts = read_cases(engine.backend, engine.tokenizer, cases, ReplayConfig(), progress=False)
     rows, _ = compare_head_sets(readouts, engine.heads, engine.backend.model.config, draws=10)
-    detected, all_heads, random_heads = rows[0], rows[-2], rows[-1]
-    assert all_heads.name == "all heads averaged" and random_heads.name.startswith("random 16")
+    by_name = {row.name.split(" (")[0]: row for row in rows}
+    detected, all_heads, random_heads = rows[0], by_name["all heads averaged"], by_name["random 16 heads"]
+    assert by_name["BM25 alone"].num_heads == 0  # the lexical arm's own recall, next to the heads'
     for k in (4, 8):
         assert detected.recall[k] >= all_heads.recall[k] + 0.1
         assert detected.recall[k] >= random_heads.recall[k] + 0.1

@@ -8,7 +8,7 @@ import transformers
 
 from recontext_engine.errors import UnsupportedModelError
 from recontext_engine.heads.headset import HeadSet
-from recontext_engine.readout.transformers import TransformersBackend, cue_attention_rows
+from recontext_engine.readout.transformers import ReservedLayer, TransformersBackend, cue_attention_rows
 from tests.tiny_models import ARCHITECTURES, tiny_model
 
 HEADS = HeadSet(((0, 1), (1, 3), (2, 0), (2, 2), (1, 2)))  # heads 2 and 3 share a key head (GQA 4:2)
@@ -45,6 +45,24 @@ def test_read_pass_restores_the_context_cache_and_stops_early() -> None:
     assert cache.get_seq_length() == 30
     for layer, keys in zip(cache.layers, before):
         assert torch.equal(layer.keys, keys)
+
+
+def test_generation_grows_the_cache_once_to_what_it_can_use() -> None:
+    from recontext_engine import ReplayConfig
+
+    backend = TransformersBackend(tiny_model("llama"))
+    cache = backend.prefill(list(range(3, 43)))
+    reserve = ReservedLayer.RESERVE
+    assert {layer._buffers[0].shape[-2] for layer in cache.layers} == {40 + reserve}
+    suffix = [7] * (reserve - 10)  # a long replayed suffix: suffix plus answer pass the reserve
+    config = ReplayConfig(max_new_tokens=30)
+    before = [layer.keys.clone() for layer in cache.layers]
+    tokens = list(backend.generate(cache, suffix, config, eos_ids=set()))
+    assert len(tokens) == 30
+    # One growth to prompt + answer, not prompt + suffix + another reserve.
+    assert {layer._buffers[0].shape[-2] for layer in cache.layers} == {40 + len(suffix) + 30}
+    for layer, keys in zip(cache.layers, before):
+        assert torch.equal(layer.keys[..., :40, :], keys)
 
 
 def test_stop_after_the_deepest_layer_skips_later_layers() -> None:

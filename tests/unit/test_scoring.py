@@ -263,3 +263,18 @@ def test_bm25_scores_rank_the_sentence_sharing_the_question_words() -> None:
     got = bm25_scores("Which city does Maria live in?", ["Tom likes trains.", "Maria lives in Lisbon.", "x"])
     assert int(torch.argmax(got)) == 1 and got[0] == 0
     assert bm25_scores("N/A", ["Tom likes trains."]).tolist() == [0.0]
+
+
+def test_evidence_cue_scores_each_sentence_by_its_strongest_evidence_token() -> None:
+    from recontext_engine.scoring.evidence_cue import evidence_cue_scores
+
+    token_sentence = torch.tensor([-1, 0, 0, 1, 1, -1])  # a sink first, template tokens last
+    rows = torch.zeros(2, 3, 8)  # two heads, three evidence tokens, 6 context + 2 suffix columns
+    rows[:, :, 0] = 0.9  # every evidence token dumps mass on the sink
+    rows[:, 0, 3] = 0.1  # one token points at sentence 1
+    rows[:, 1, 1] = rows[:, 2, 2] = 0.05  # two weak pointers at sentence 0
+    scores = evidence_cue_scores(rows, token_sentence)
+    assert scores.shape == (6,) and float(scores.sum()) == pytest.approx(1.0)
+    assert float(scores[0]) == float(scores[5]) == 0.0  # the sink and the template are no candidates
+    assert float(scores[3]) == pytest.approx(float(scores[1]))  # per row normalised, then the max
+    assert float(evidence_cue_scores(torch.zeros(2, 0, 8), token_sentence).sum()) == 0.0

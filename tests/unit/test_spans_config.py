@@ -103,6 +103,7 @@ def test_documents_must_be_present_and_non_empty() -> None:
         {"temperature": -1.0},
         {"top_p": 0.0},
         {"max_evidence": 0},
+        {"evidence_order": "random"},
     ],
 )
 def test_config_rejects_out_of_range_values(options) -> None:
