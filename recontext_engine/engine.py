@@ -18,7 +18,7 @@ from .heads.headset import HeadSet
 from .heads.registry import HeadsArg, resolve_heads
 from .language import documents_language
 from .lexical import bm25_scores, recursive_bm25_scores
-from .prompt import NULL_QUESTION, Prefix, PromptBuilder
+from .prompt import NULL_QUESTION, Prefix, PromptBuilder, Suffix
 from .reads import RowCache, read_rows
 from .results import Evidence, ReplayResult, Usage
 from .scoring import Scorer, scorer_for
@@ -271,9 +271,7 @@ class ReContextEngine:
         request = self._start(
             context, question, self._config(config, options).with_options(candidates="context")
         )
-        scores, token_sentence = self._scores(request, request.question, [])
-        if request.config.null_calibration:
-            scores = scores - self._scores(request, NULL_QUESTION, [])[0]
+        scores, token_sentence = self._round_scores(request, [])
         doc_of_sentence = torch.tensor([s.doc_index for s in request.prefix.sentences] + [-1])
         doc_of_token = doc_of_sentence[token_sentence]  # -1 maps to the trailing -1
         mass = torch.zeros(len(request.prefix.documents))
@@ -343,17 +341,9 @@ class ReContextEngine:
         timings["prefill"] = time.perf_counter() - started
         return _Request(prefix, question, config, cache, timings)
 
-    def _scores(
-        self, request: _Request, question: str, evidence: list[Evidence], rows: torch.Tensor | None = None
-    ) -> tuple:
-        """Scores of candidate positions for one read pass (``rows``: its rows, when already read),
-        and the sentence id of each candidate."""
+    def _scores(self, request: _Request, suffix: Suffix, rows: torch.Tensor) -> tuple:
+        """Scores of candidate positions from one read pass's rows, and the sentence id of each candidate."""
         config, prefix = request.config, request.prefix
-        suffix = self.prompts.suffix(prefix, question, evidence, config, request.sentence_key)
-        if rows is None:
-            rows = self.backend.read(
-                request.cache, len(prefix.ids), suffix.ids, self.heads, config.cue_window
-            )
         n = len(prefix.ids)
         if config.candidates == "context":
             rows, token_sentence = rows[..., :n], prefix.token_sentence
@@ -362,11 +352,26 @@ class ReContextEngine:
         scorer = self.scorer or scorer_for(config)  # a scorer given to the engine overrides config.scorer
         return scorer.score(rows), token_sentence
 
+    def _round_scores(self, request: _Request, evidence: list[Evidence]) -> tuple:
+        """One round's candidate scores (the question's, minus the null question's with
+        ``null_calibration``, plus the evidence cue), and the sentence id of each candidate."""
+        config = request.config
+        suffixes, rows, evidence_rows = self._round_rows(request, evidence)
+        scores, token_sentence = self._scores(request, suffixes[0], rows[0])
+        if config.null_calibration:
+            scores = scores - self._scores(request, suffixes[1], rows[1])[0]
+        if evidence_rows is not None:
+            cue = evidence_cue_scores(evidence_rows, request.prefix.token_sentence)
+            scores = scores.clone()
+            scores[: len(cue)] += config.evidence_cue * cue
+        return scores, token_sentence
+
     def _round_rows(
         self, request: _Request, evidence: list[Evidence]
-    ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
-        """Rows of one round's question pass and (with null calibration) null-question pass, and
-        (with ``evidence_cue``) the question pass's rows of the replayed evidence tokens.
+    ) -> tuple[list[Suffix], list[torch.Tensor], torch.Tensor | None]:
+        """The suffixes and rows of one round's question pass and (with null calibration)
+        null-question pass, and (with ``evidence_cue``) the question pass's rows of the replayed
+        evidence tokens.
 
         Both passes share the prefix cache and the evidence block, which is read once for both;
         without evidence the null pass depends on the context only and comes from :attr:`row_cache`.
@@ -392,9 +397,9 @@ class ReContextEngine:
             cacheable=[False, not evidence],
         )
         if window == config.cue_window:
-            return rows, None
+            return suffixes, rows, None
         at = at[at >= own - window] - (own - window)
-        return [r[:, -config.cue_window :] for r in rows], rows[0][:, at]
+        return suffixes, [r[:, -config.cue_window :] for r in rows], rows[0][:, at]
 
     def _select(self, request: _Request) -> list[Evidence]:
         config, prefix = request.config, request.prefix
@@ -402,15 +407,7 @@ class ReContextEngine:
         started = time.perf_counter()
         for round_index in range(1, config.rounds + 1):
             current = pool.ordered()
-            rows, evidence_rows = self._round_rows(request, current)
-            scores, token_sentence = self._scores(request, request.question, current, rows[0])
-            if config.null_calibration:
-                null_scores, _ = self._scores(request, NULL_QUESTION, current, rows[1])
-                scores = scores - null_scores
-            if evidence_rows is not None:
-                cue = evidence_cue_scores(evidence_rows, prefix.token_sentence)
-                scores = scores.clone()
-                scores[: len(cue)] += config.evidence_cue * cue
+            scores, token_sentence = self._round_scores(request, current)
             picks = select_sentences(
                 scores,
                 token_sentence,

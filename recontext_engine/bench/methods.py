@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 import torch
 
 from ..config import ReplayConfig
+from ..controller import EvidencePool
 from ..language import documents_language
 from ..lexical import bm25_scores, recursive_bm25_scores
 from ..results import Evidence, ReplayResult
@@ -157,16 +158,15 @@ def bm25_recursive_evidence(ctx: MethodContext, case: BenchCase, rounds: int) ->
     language = documents_language(documents, ctx.config.language)
     texts = [e.text for e in items]
     question_scores = bm25_scores(case.question, texts, language)
-    per_round, pool = max(1, math.ceil(ctx.budget / rounds)), {}
+    per_round, pool = max(1, math.ceil(ctx.budget / rounds)), EvidencePool(ctx.budget)
     for round_index in range(1, rounds + 1):
-        scores = recursive_bm25_scores(case.question, texts, list(pool), language, question_scores)
+        scores = recursive_bm25_scores(case.question, texts, pool.sentence_ids(), language, question_scores)
         fresh = [i for i in torch.argsort(scores, descending=True, stable=True).tolist() if i not in pool]
-        for i in [i for i in fresh if scores[i] > 0][: min(per_round, ctx.budget - len(pool))]:
-            e = items[i]
-            pool[i] = Evidence(e.text, e.doc_index, e.char_start, e.char_end, float(scores[i]), round_index)
-        if len(pool) >= ctx.budget:
+        for i in [i for i in fresh if scores[i] > 0][:per_round]:
+            pool.add(i, replace(items[i], score=float(scores[i]), round=round_index))
+        if len(pool) >= pool.limit:
             break
-    return list(pool.values())
+    return pool.ordered()
 
 
 def _bm25_recursive(rounds: int) -> MethodFn:

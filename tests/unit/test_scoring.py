@@ -92,7 +92,7 @@ def test_the_engine_scores_with_the_scorer_the_config_names(planted_engine, name
     config = ReplayConfig(scorer=name, rounds=1, top_k=2, lexical_weight=0.0, null_calibration=False)
     by_name = planted_engine.select_evidence(context, question, config)
     request = planted_engine._start(context, question, config)
-    scores, token_sentence = planted_engine._scores(request, question, [])
+    scores, token_sentence = planted_engine._round_scores(request, [])
     expected = select_sentences(scores, token_sentence, 2, "sentence")
     assert [(e.char_start, e.score) for e in by_name] == sorted(
         ((request.prefix.sentences[i].start, s) for i, s in expected), key=lambda item: item[0]
