@@ -96,5 +96,12 @@ class EvidencePool:
         """Evidence best-scored first: earlier rounds before later ones, by score within a round."""
         return sorted(self._items.values(), key=lambda e: (e.round, -e.score))
 
+    def arranged(self, order: str) -> list[Evidence]:
+        """The evidence in ``ReplayConfig.evidence_order``: ``"document"``, ``"score"`` (best first)
+        or ``"score_last"`` (best last, next to the question)."""
+        if order == "document":
+            return self.ordered()
+        return self.by_score() if order == "score" else self.by_score()[::-1]
+
     def sentence_ids(self) -> list[int]:
         return sorted(self._items)

@@ -424,7 +424,7 @@ class ReContextEngine:
             if len(pool) >= pool.limit:
                 break
         request.timings["select"] = time.perf_counter() - started
-        return pool.by_score() if config.evidence_order == "score" else pool.ordered()
+        return pool.arranged(config.evidence_order)
 
     def _run(
         self,

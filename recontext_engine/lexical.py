@@ -12,6 +12,10 @@ from functools import lru_cache
 
 import torch
 
+CONNECTED_FRACTION = 0.5
+"""A pooled sentence joins a later round's BM25 query if it matches the question at least this
+fraction as well as the best pooled sentence."""
+
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]+|[^\W{_CJK}]{{2,}}")
 _CJK_RUN = re.compile(rf"[{_CJK}]")
@@ -80,15 +84,20 @@ def recursive_bm25_scores(
     question_scores: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """BM25 scores for a later round: the query is the question plus the ``pooled`` sentences
-    (indices into ``sentences``) that share a word with it.
+    (indices into ``sentences``) connected to it: those matching the question at least
+    ``CONNECTED_FRACTION`` as well as the best pooled one.
 
     The connected sentences let a round find what links to them (the second hop of a chain);
-    pooled sentences that share nothing with the question would steer BM25 off topic.
+    pooled sentences that share nothing with the question would steer BM25 off topic, and so do
+    those that share only a common word (in "周文华在星光科技工作。" the pair 工作 "work" matches every
+    "... works at ..." sentence, and four companies in the query hide the one that answers).
     ``question_scores`` (the first round's scores) saves recomputing them.
     """
     if question_scores is None:
         question_scores = bm25_scores(question, sentences, language)
-    related = [sentences[i] for i in pooled if question_scores[i] > 0]
+    best = max((float(question_scores[i]) for i in pooled), default=0.0)
+    floor = CONNECTED_FRACTION * best
+    related = [sentences[i] for i in pooled if question_scores[i] > 0 and question_scores[i] >= floor]
     if not related:
         return question_scores
     return bm25_scores(" ".join([question, *related]), sentences, language)

@@ -125,6 +125,9 @@ def main() -> None:
         arms["R=2 separate"] = (separate, 2)
     steady_allocator()
     engine.answer("Warm-up text.", "Warm up?", max_new_tokens=2)
+    # The longest document leaves room for the template, the question, the evidence and the answer.
+    longest = engine.context_window - (96 + 48 * ReplayConfig().pool_limit + args.max_new_tokens)
+    args.lengths = [min(length, longest) for length in args.lengths]
     if args.profile:
         profile(engine, args.lengths, args.separate)
         return

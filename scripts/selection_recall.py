@@ -1,7 +1,7 @@
-"""Evidence recall of selection variants on generated benchmark cases (selection only, no generation).
+"""Evidence recall (and with ``--answer``, accuracy) of selection variants on generated benchmark cases.
 
-Usage: ``python scripts/selection_recall.py [--tasks ...] [--length 1024] [--depths 0.25 0.75]
-[--seeds 2] [--variants hybrid attention bm25-recursive ...] [--set name=key:value,...]``.
+Usage: ``python scripts/selection_recall.py [--tasks ...] [--lengths 1024 4096] [--depths 0.25 0.75]
+[--seeds 2] [--variants hybrid attention bm25-recursive ...] [--set name=key:value,...] [--answer]``.
 
 Every variant selects with R rounds and the engine's evidence budget on the same cases (the layout
 alternates between one text and documents); ``bm25-recursive`` is the benchmark's lexical-only arm
@@ -10,6 +10,11 @@ alternates between one text and documents); ``bm25-recursive`` is the benchmark'
 The context is prefilled once per case and shared by the variants (options that change the prompt,
 such as ``max_sentence_chars``, are not for ``--set``). The table gives, per variant and task, the
 mean fraction of gold sentences in the evidence.
+
+``--answer`` also generates an answer per variant from the same prefill (the cache is cropped back
+to the context after each) and adds each variant's accuracy (HELMET substring match), with two
+reference rows on the same cases: ``vanilla`` (no evidence) and ``gold`` (the gold sentences only).
+It is how evidence budgets and orders are compared cheaply before a full benchmark run.
 """
 
 from __future__ import annotations
@@ -19,14 +24,17 @@ import statistics
 import time
 from dataclasses import replace
 
-from recontext_engine import ReContextEngine
-from recontext_engine.bench.methods import MethodContext, bm25_recursive_evidence
-from recontext_engine.bench.metrics import evidence_recall
-from recontext_engine.bench.tasks import MULTILINGUAL_TASKS, generate_case
+from recontext_engine import ReContextEngine, ReplayConfig
+from recontext_engine.bench.methods import MethodContext, bm25_recursive_evidence, oracle_evidence
+from recontext_engine.bench.metrics import evidence_recall, substring_match
+from recontext_engine.bench.tasks import MULTILINGUAL_TASKS, BenchCase, generate_case
+from recontext_engine.engine import ReplayStream, _Request
+from recontext_engine.readout.transformers import truncate_cache
+from recontext_engine.results import Evidence
 
 VARIANTS: dict[str, dict[str, object]] = {
     "hybrid": {},
-    "attention": {"lexical_weight": 0.0},
+    "attention": {"lexical_weight": 0.0, "null_calibration": True},
     "paper": {"unit": "token", "null_calibration": False, "lexical_weight": 0.0},
     "bm25-recursive": {},
 }
@@ -48,25 +56,36 @@ def _variant(spec: str) -> tuple[str, dict[str, object]]:
     return name, {key: _value(value) for key, value in pairs}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def _answered(
+    engine: ReContextEngine,
+    request: _Request,
+    config: ReplayConfig,
+    evidence: list[Evidence],
+    case: BenchCase,
+) -> bool:
+    """Whether replaying ``evidence`` after the prefilled context answers ``case``; the cache is kept."""
+    stream = ReplayStream(iter(()))
+    for _ in engine._run(replace(request, config=config, timings={}), evidence, stream):
+        pass
+    truncate_cache(request.cache, len(request.prefix.ids))
+    assert stream.result is not None
+    return substring_match(stream.result.text, case.answers)
+
+
+def _row(name: str, cells: list[float], extra: str) -> str:
+    return (
+        f"| {name} | "
+        + " | ".join(f"{c:.2f}" for c in cells)
+        + f" | {statistics.mean(cells):.2f} | {extra} |"
     )
-    parser.add_argument("--tasks", nargs="+", default=list(MULTILINGUAL_TASKS))
-    parser.add_argument("--length", type=int, default=1024)
-    parser.add_argument("--depths", type=float, nargs="+", default=[0.25, 0.75])
-    parser.add_argument("--seeds", type=int, default=1, help="cases per task and depth")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--variants", nargs="+", default=["hybrid"], choices=list(VARIANTS))
-    parser.add_argument(
-        "--set", dest="extra", action="append", default=[], type=_variant, metavar="NAME=K:V,..."
-    )
-    args = parser.parse_args()
-    variants = {name: VARIANTS[name] for name in args.variants} | dict(args.extra)
-    engine = ReContextEngine.from_pretrained()
-    base = engine.default_config.with_options(rounds=args.rounds)
-    budget = base.pool_limit
+
+
+def _evaluate(
+    engine: ReContextEngine, base: ReplayConfig, variants: dict[str, dict[str, object]], length: int, args
+) -> tuple[dict, dict, dict, dict]:
+    """Recall, accuracy, pool sizes and selection seconds of every variant on one length's cases."""
     recall: dict[tuple[str, str], list[float]] = {}
+    correct: dict[tuple[str, str], list[float]] = {}
     sizes: dict[str, list[int]] = {name: [] for name in variants}
     seconds: dict[str, float] = dict.fromkeys(variants, 0.0)
     for task in args.tasks:
@@ -75,7 +94,7 @@ def main() -> None:
                 layout = "text" if (i + seed) % 2 == 0 else "docs"
                 case = generate_case(
                     task,
-                    length=args.length,
+                    length=length,
                     depth=depth,
                     count_tokens=engine.count_tokens,
                     layout=layout,
@@ -83,26 +102,76 @@ def main() -> None:
                 )
                 # One prefill per case, shared by the variants (they change selection only).
                 request = engine._start(case.context, case.question, base)
+                if args.answer:
+                    for name, evidence in (("vanilla", []), ("gold", oracle_evidence(case))):
+                        ok = _answered(engine, request, base, evidence, case)
+                        correct.setdefault((name, task), []).append(float(ok))
                 for name, options in variants.items():
                     started = time.perf_counter()
+                    config = base.with_options(**options)
                     if name == LEXICAL_ONLY:
-                        ctx = MethodContext(engine, base, budget=budget)
+                        ctx = MethodContext(engine, base, budget=base.pool_limit)
                         evidence = bm25_recursive_evidence(ctx, case, args.rounds)
                     else:
-                        evidence = engine._select(replace(request, config=base.with_options(**options)))
+                        evidence = engine._select(replace(request, config=config))
                     seconds[name] += time.perf_counter() - started
                     recall.setdefault((name, task), []).append(evidence_recall(evidence, case.gold) or 0.0)
                     sizes[name].append(len(evidence))
-        print(f"# {task} done", flush=True)
-    print(f"\n{len(args.depths) * args.seeds} cases per task, about {args.length} tokens, R={args.rounds}\n")
-    print("| variant | " + " | ".join(args.tasks) + " | mean | sentences | seconds |")
-    print("|---|" + "---:|" * (len(args.tasks) + 3))
-    for name in variants:
-        cells = [statistics.mean(recall[(name, task)]) for task in args.tasks]
-        print(
-            f"| {name} | " + " | ".join(f"{c:.2f}" for c in cells) + f" | {statistics.mean(cells):.2f} | "
-            f"{statistics.mean(sizes[name]):.1f} | {seconds[name]:.0f} |"
-        )
+                    if args.answer:
+                        ok = _answered(engine, request, config, evidence, case)
+                        correct.setdefault((name, task), []).append(float(ok))
+        print(f"# {length} tokens: {task} done", flush=True)
+    return recall, correct, sizes, seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tasks", nargs="+", default=list(MULTILINGUAL_TASKS))
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024], help="target context tokens")
+    parser.add_argument("--depths", type=float, nargs="+", default=[0.25, 0.75])
+    parser.add_argument("--seeds", type=int, default=1, help="cases per task and depth")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--variants", nargs="+", default=["hybrid"], choices=list(VARIANTS))
+    parser.add_argument(
+        "--set", dest="extra", action="append", default=[], type=_variant, metavar="NAME=K:V,..."
+    )
+    parser.add_argument("--answer", action="store_true", help="also generate and report accuracy")
+    args = parser.parse_args()
+    variants = {name: VARIANTS[name] for name in args.variants} | dict(args.extra)
+    engine = ReContextEngine.from_pretrained()
+    base = engine.default_config.with_options(rounds=args.rounds)
+    by_length: dict[int, dict[str, float]] = {}
+    # Room for the template, the question, the evidence (a sentence is at most max_sentence_chars,
+    # about 100 tokens) and the answer.
+    longest = engine.context_window - (96 + 100 * base.pool_limit + base.max_new_tokens)
+    for length in [min(n, longest) for n in args.lengths]:
+        recall, correct, sizes, seconds = _evaluate(engine, base, variants, length, args)
+        cases = len(args.depths) * args.seeds
+        print(f"\n{cases} cases per task, about {length} tokens, R={args.rounds}\n")
+        print("| variant | " + " | ".join(args.tasks) + " | mean | sentences | seconds |")
+        print("|---|" + "---:|" * (len(args.tasks) + 3))
+        for name in variants:
+            cells = [statistics.mean(recall[(name, task)]) for task in args.tasks]
+            print(_row(name, cells, f"{statistics.mean(sizes[name]):.1f} | {seconds[name]:.0f}"))
+        if not args.answer:
+            continue
+        print("\nAccuracy (answer contains an alias), same cases:\n")
+        print("| variant | " + " | ".join(args.tasks) + " | mean | recall |")
+        print("|---|" + "---:|" * (len(args.tasks) + 2))
+        for name in ["vanilla", "gold", *variants]:
+            cells = [statistics.mean(correct[(name, task)]) for task in args.tasks]
+            hits = [statistics.mean(recall[(name, task)]) for task in args.tasks] if name in variants else []
+            print(_row(name, cells, f"{statistics.mean(hits):.2f}" if hits else "-"))
+            by_length.setdefault(length, {})[name] = statistics.mean(cells)
+    if len(by_length) > 1:
+        names = list(next(iter(by_length.values())))
+        print("\nAccuracy by length (mean over tasks):\n")
+        print("| variant | " + " | ".join(f"{n} tokens" for n in by_length) + " |")
+        print("|---|" + "---:|" * len(by_length))
+        for name in names:
+            print(f"| {name} | " + " | ".join(f"{row[name]:.2f}" for row in by_length.values()) + " |")
 
 
 if __name__ == "__main__":

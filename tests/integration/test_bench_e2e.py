@@ -36,8 +36,8 @@ def test_command_line_settings() -> None:
     full = _parse("--lengths", "1k,4096", "--methods", "vanilla,recontext-r3", "--unit", "token")
     assert full.lengths == (1024, 4096) and full.methods == ("vanilla", "recontext-r3")
     assert full.recontext_options() == {"unit": "token"} and full.steady_memory
-    tuned = _parse("--no-null-calibration", "--top-k", "16", "--depths", "0,1", "--helmet", "a.jsonl")
-    assert tuned.recontext_options() == {"top_k": 16, "null_calibration": False}
+    tuned = _parse("--null-calibration", "--top-k", "16", "--depths", "0,1", "--helmet", "a.jsonl")
+    assert tuned.recontext_options() == {"top_k": 16, "null_calibration": True}
     assert tuned.depths == (0.0, 1.0) and tuned.helmet == ("a.jsonl",)
     assert set(FULL_METHODS) <= set(METHODS)
 

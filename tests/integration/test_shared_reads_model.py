@@ -12,7 +12,8 @@ from tests.documents import filler, planted_document
 
 pytestmark = pytest.mark.model
 
-CONFIG = ReplayConfig(rounds=2, top_k=4, max_new_tokens=8)
+# Null calibration on: these tests are about its second pass being shared and cached.
+CONFIG = ReplayConfig(rounds=2, top_k=4, max_new_tokens=8, null_calibration=True)
 
 
 class _CountingReads(SeparateReads):

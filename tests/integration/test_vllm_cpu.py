@@ -38,7 +38,8 @@ CASES = [
         0.8,
     ),
 ]
-CONFIG = ReplayConfig(rounds=2, top_k=4, max_new_tokens=12)
+# Null calibration on, so the null read and its row cache run on vLLM too (the default skips them).
+CONFIG = ReplayConfig(rounds=2, top_k=4, max_new_tokens=12, null_calibration=True)
 
 
 def case_document(index: int) -> str:

@@ -8,7 +8,7 @@ from recontext_engine import ReplayConfig
 from recontext_engine.bench.tasks import MULTILINGUAL_TASKS, TASKS, generate_case
 from recontext_engine.errors import ReContextError
 from recontext_engine.language import detect_language, documents_language
-from recontext_engine.lexical import bm25_scores, lexical_tokens
+from recontext_engine.lexical import bm25_scores, lexical_tokens, recursive_bm25_scores
 from recontext_engine.spans import document_sentences, split_sentences
 
 
@@ -74,6 +74,24 @@ def test_bm25_ranks_the_sentence_that_shares_the_question_terms_first(
 
 def test_bm25_without_a_shared_term_scores_zero() -> None:
     assert bm25_scores("银色月亮", ["The dog sleeps.", "Der Hund schläft."]).tolist() == [0.0, 0.0]
+
+
+def test_the_second_round_query_keeps_only_the_strongly_connected_sentences() -> None:
+    # Every "... works at ..." sentence shares the pair 工作 with the question; only the first names
+    # the person. With all four in the query BM25 cannot tell which company's seat answers.
+    sentences = [
+        "周文华在星光科技工作。",
+        "吴晓东在海天集团工作。",
+        "孙建国在金山实业工作。",
+        "朱志强在华锐公司工作。",
+        "海天集团位于武汉。",
+        "金山实业位于成都。",
+        "星光科技位于大连。",
+        "华锐公司位于南京。",
+    ]
+    question = "周文华在哪个城市工作？"
+    scores = recursive_bm25_scores(question, sentences, [0, 1, 2, 3], "zh")
+    assert int(scores[4:].argmax()) + 4 == 6
 
 
 def test_sentences_follow_the_language_rules() -> None:
