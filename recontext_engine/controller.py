@@ -96,11 +96,17 @@ class EvidencePool:
         """Evidence best-scored first: earlier rounds before later ones, by score within a round."""
         return sorted(self._items.values(), key=lambda e: (e.round, -e.score))
 
+    def by_round(self) -> list[Evidence]:
+        """Evidence round after round, each round's in document order: every round extends the block."""
+        return [e for _, e in sorted(self._items.items(), key=lambda item: (item[1].round, item[0]))]
+
     def arranged(self, order: str) -> list[Evidence]:
-        """The evidence in ``ReplayConfig.evidence_order``: ``"document"``, ``"score"`` (best first)
-        or ``"score_last"`` (best last, next to the question)."""
+        """The evidence in ``ReplayConfig.evidence_order``: ``"document"``, ``"round"``, ``"score"``
+        (best first) or ``"score_last"`` (best last, next to the question)."""
         if order == "document":
             return self.ordered()
+        if order == "round":
+            return self.by_round()
         return self.by_score() if order == "score" else self.by_score()[::-1]
 
     def sentence_ids(self) -> list[int]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .config import ReplayConfig
+from .config import EXTENDING_ORDERS, ReplayConfig
 from .controller import EvidencePool, select_sentences, within_margin
 from .decoding import TextAssembler
 from .errors import InputError, PromptTooLongError
@@ -19,7 +19,7 @@ from .heads.registry import HeadsArg, resolve_heads
 from .language import documents_language
 from .lexical import bm25_scores, recursive_bm25_scores
 from .prompt import NULL_QUESTION, Prefix, PromptBuilder, Suffix
-from .reads import RowCache, read_rows
+from .reads import RowCache, common_start, read_rows
 from .results import Evidence, ReplayResult, Usage
 from .scoring import Scorer, scorer_for
 from .scoring.evidence_cue import evidence_cue_scores
@@ -35,6 +35,7 @@ class _Request:
     config: ReplayConfig
     cache: Any
     timings: dict[str, float] = field(default_factory=dict)
+    kept: list[int] = field(default_factory=list)  # suffix ids a read pass left in the cache
 
     @cached_property
     def sentence_texts(self) -> list[str]:
@@ -386,27 +387,51 @@ class ReContextEngine:
         if config.evidence_cue > 0 and len(at):
             # one window for all passes, so no longer than the shortest suffix
             window = max(window, min(own - int(at[0]), *(len(s.ids) for s in suffixes)))
+        ids = [s.ids for s in suffixes]
+        # With evidence, the question pass is kept in the cache: the next pass or the generation goes
+        # on from the part of it that they share (the earlier rounds' evidence, in EXTENDING_ORDERS).
+        keep = bool(evidence) and hasattr(self.backend, "crop")
         rows = read_rows(
             self.backend,
             request.cache,
             prefix.ids,
-            [s.ids for s in suffixes],
+            ids,
             self.heads,
             window,
             self.row_cache,
             cacheable=[False, not evidence],
+            cached=self._reuse(request, ids, before=window),
+            keep=keep,
         )
+        if keep:
+            request.kept = list(ids[0])
         if window == config.cue_window:
             return suffixes, rows, None
         at = at[at >= own - window] - (own - window)
         return suffixes, [r[:, -config.cue_window :] for r in rows], rows[0][:, at]
 
+    def _reuse(self, request: _Request, suffixes: Sequence[list[int]], before: int = 1) -> int:
+        """How many leading tokens of every one of ``suffixes`` the cache already holds after the
+        prefix (from a kept read pass), leaving at least the last ``before`` of each to compute;
+        the cache is cropped to them."""
+        if not hasattr(self.backend, "crop"):
+            return 0
+        cached = common_start([request.kept, *suffixes]) if request.kept else 0
+        cached = max(0, min(cached, *(len(s) - before for s in suffixes)))
+        self.backend.crop(request.cache, len(request.prefix.ids) + cached)
+        request.kept = request.kept[:cached]
+        return cached
+
     def _select(self, request: _Request) -> list[Evidence]:
         config, prefix = request.config, request.prefix
         pool = EvidencePool(config.pool_limit)
         started = time.perf_counter()
+        # Reads see the pool in the replay order where that order grows round by round, so that each
+        # read (and the generation) goes on from the evidence block of the one before; else in
+        # document order.
+        read_order = config.evidence_order if config.evidence_order in EXTENDING_ORDERS else "document"
         for round_index in range(1, config.rounds + 1):
-            current = pool.ordered()
+            current = pool.arranged(read_order)
             scores, token_sentence = self._round_scores(request, current)
             picks = select_sentences(
                 scores,
@@ -464,7 +489,8 @@ class ReContextEngine:
         assembler = TextAssembler(self.tokenizer, config.stop)
         produced = 0
         if tokens is None:
-            tokens = self.backend.generate(request.cache, suffix_ids, config, self.eos_ids)
+            cached = self._reuse(request, [suffix_ids])
+            tokens = self.backend.generate(request.cache, suffix_ids[cached:], config, self.eos_ids)
         for token in tokens:
             produced += 1
             piece = assembler.add(token)

@@ -1,9 +1,11 @@
 """The backend contract and the name -> factory registry (a leaf module: it imports no backend).
 
 A backend runs the model for the engine: it keeps a request's context (``prefill``), reads the cue
-attention rows of the selected heads (``read``) and generates (``generate``). Factories are
-registered as ``"module:function"`` strings, so a backend's dependencies (vLLM, say) are imported
-only when it is chosen.
+attention rows of the selected heads (``read``) and generates (``generate``). Optional: ``read_branches``
+(several suffixes over one shared start in one pass), and ``crop(cache, length)`` together with
+``read(..., keep=True)`` (the read's tokens stay in the cache, so the generation goes on from them).
+Factories are registered as ``"module:function"`` strings, so a backend's dependencies (vLLM, say)
+are imported only when it is chosen.
 """
 
 from __future__ import annotations

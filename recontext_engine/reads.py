@@ -71,28 +71,39 @@ def read_rows(
     cue_window: int,
     row_cache: RowCache | None = None,
     cacheable: Sequence[bool] = (),
+    *,
+    cached: int = 0,
+    keep: bool = False,
 ) -> list[torch.Tensor]:
     """Rows of ``backend.read(cache, len(prefix_ids), s, heads, cue_window)`` for each suffix ``s``.
 
     Suffixes marked ``cacheable`` come from ``row_cache`` when they are there (and go into it when
     not). The others are read in one pass over their common start where the backend offers
-    ``read_branches``, else one after another with ``read``.
+    ``read_branches``, else one after another with ``read``. ``cache`` may already hold the first
+    ``cached`` tokens of every suffix after the prefix (they are not read again); with ``keep`` it
+    holds ``[prefix; suffixes[0]]`` afterwards (backends with ``crop`` only).
     """
-    prefix_len = len(prefix_ids)
+    prefix_len = len(prefix_ids) + cached
     keys = [
-        rows_key(prefix_ids, s, heads, cue_window) if row_cache is not None and keep else None
-        for s, keep in zip(suffixes, list(cacheable) + [False] * (len(suffixes) - len(cacheable)))
+        rows_key(prefix_ids, s, heads, cue_window) if row_cache is not None and may_cache else None
+        for s, may_cache in zip(suffixes, list(cacheable) + [False] * (len(suffixes) - len(cacheable)))
     ]
     rows: list[torch.Tensor | None] = [row_cache.get(k) if k else None for k in keys]  # type: ignore[union-attr]
     todo = [i for i, r in enumerate(rows) if r is None]
+    if not todo:
+        return rows  # type: ignore[return-value]
+    # only the first suffix (the question's) is ever kept; the engine never caches its rows
+    options = {"keep": True} if keep and todo[:1] == [0] else {}
+    tails = [suffixes[i][cached:] for i in todo]
     if len(todo) > 1 and hasattr(backend, "read_branches"):
-        shared = common_start([suffixes[i] for i in todo])
-        head = suffixes[todo[0]][:shared]
+        shared = common_start(tails)
         fresh = backend.read_branches(
-            cache, prefix_len, head, [suffixes[i][shared:] for i in todo], heads, cue_window
+            cache, prefix_len, tails[0][:shared], [t[shared:] for t in tails], heads, cue_window, **options
         )
     else:
-        fresh = [backend.read(cache, prefix_len, suffixes[i], heads, cue_window) for i in todo]
+        # the kept suffix is read last, so that it stays in the cache
+        later = [backend.read(cache, prefix_len, t, heads, cue_window) for t in tails[1:]]
+        fresh = [backend.read(cache, prefix_len, tails[0], heads, cue_window, **options), *later]
     for i, r in zip(todo, fresh):
         rows[i] = r
         if keys[i]:

@@ -1,17 +1,19 @@
 """Time and peak-memory cost of ReContext (R=2) against vanilla (R=0) on the same inputs.
 
 Usage: ``python scripts/overhead.py [--lengths 1024 2048 4096 8192] [--repeats 3] [--separate]
-[--backend vllm] [--profile]``. Each length gets one seeded document with a planted fact. Per
-repeat the arms run back to back on it (their order alternating between repeats), with
+[--orders round] [--backend vllm] [--profile]``. Each length gets one seeded document with a planted
+fact. Per repeat the arms run back to back on it (their order alternating between repeats), with
 ``answer``'s default ``max_new_tokens`` unless ``--max-new-tokens`` says otherwise; the table gives
 medians over repeats of the per-repeat ratios, in wall-clock and in process CPU time (steadier on a
 shared machine). Every call's document starts with its own entry number, so no call reuses
 another's prefix (vLLM's prefix cache), and the null-question row cache is cleared before each:
 every R=2 call pays its full cost (one question per context). ``--separate`` adds an arm with every
-read pass as its own forward (no shared evidence tokens). ``--profile`` instead prints the stages of
-one R=0 and one R=2 call per length (prefill, each read pass, selection, generation). With
-``--backend vllm`` (vLLM's CPU build: run it in the vLLM virtualenv) memory is not compared: vLLM
-allocates its KV pool up front, in its engine process.
+read pass as its own forward (no shared evidence tokens), ``--orders round score`` an arm per
+evidence order (in ``round`` and ``score`` order the generation reuses the last read's evidence).
+``--profile`` instead prints the stages of one R=0 and one R=2 call per length (prefill, each read
+pass, selection, generation; R=2 once per ``--orders`` entry too). With ``--backend vllm`` (vLLM's
+CPU build: run it in the vLLM virtualenv) memory is not compared: vLLM allocates its KV pool up
+front, in its engine process.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import time
 
 from recontext_engine import ReContextEngine, ReplayConfig
 from recontext_engine.bench.measure import PeakMemory, steady_allocator
+from recontext_engine.bench.tasks import longest_context
+from recontext_engine.config import EVIDENCE_ORDERS
 from recontext_engine.reads import SeparateReads
 
 WORDS = ("harbour", "ferry", "lantern", "orchard", "quarry", "violin", "meadow", "archive", "signal", "canal")
@@ -70,13 +74,14 @@ class TimedReads:
             return self._timed(self._backend.read_branches, "shared")
         return getattr(self._backend, name)
 
-    def read(self, cache, prefix_len, suffix_ids, heads, cue_window):
-        return self._timed(self._backend.read, "read")(cache, prefix_len, suffix_ids, heads, cue_window)
+    def read(self, cache, prefix_len, suffix_ids, heads, cue_window, **keep):
+        timed = self._timed(self._backend.read, "read")
+        return timed(cache, prefix_len, suffix_ids, heads, cue_window, **keep)
 
     def _timed(self, method, kind: str):
-        def run(cache, prefix_len, *ids_and_rest):
+        def run(cache, prefix_len, *ids_and_rest, **keep):
             started = time.perf_counter()
-            rows = method(cache, prefix_len, *ids_and_rest)
+            rows = method(cache, prefix_len, *ids_and_rest, **keep)
             tokens = len(ids_and_rest[0]) + (sum(map(len, ids_and_rest[1])) if kind == "shared" else 0)
             self.passes.append((kind, tokens, time.perf_counter() - started))
             return rows
@@ -84,22 +89,25 @@ class TimedReads:
         return run
 
 
-def profile(engine: ReContextEngine, lengths: list[int], separate: bool) -> None:
-    """Per-stage wall seconds of one R=0 and one R=2 ``answer`` per length."""
+def profile(engine: ReContextEngine, lengths: list[int], separate: bool, orders: list[str]) -> None:
+    """Per-stage wall seconds of one R=0 and one R=2 ``answer`` per length (and per order)."""
     timed = TimedReads(SeparateReads(engine.backend) if separate else engine.backend)
     probe = ReContextEngine(timed, engine.tokenizer, engine.heads)
     probe.row_cache = None
-    print("| tokens | R | prefill | read passes (kind, tokens, s) | select | generate | total |")
-    print("|---:|---:|---:|---|---:|---:|---:|")
+    default = ReplayConfig().evidence_order
+    print("| tokens | R | order | prefill | read passes (kind, tokens, s) | select | generate | total |")
+    print("|---:|---:|---|---:|---|---:|---:|---:|")
     for length in lengths:
         text = document(length, engine.count_tokens)
-        for rounds in (0, 2):
+        for rounds, order in [(0, default), (2, default)] + [(2, order) for order in orders]:
             timed.passes.clear()
-            result = probe.answer(f"Entry {next(_calls)}. {text}", QUESTION, rounds=rounds)
+            result = probe.answer(
+                f"Entry {next(_calls)}. {text}", QUESTION, rounds=rounds, evidence_order=order
+            )
             t = result.timings
             passes = ", ".join(f"{kind} {n} {s:.2f}" for kind, n, s in timed.passes) or "-"
             print(
-                f"| {engine.count_tokens(text)} | {rounds} | {t['prefill']:.2f} | {passes} | "
+                f"| {engine.count_tokens(text)} | {rounds} | {order} | {t['prefill']:.2f} | {passes} | "
                 f"{t['select']:.2f} | {t['generate']:.2f} | {t['total']:.2f} |",
                 flush=True,
             )
@@ -111,6 +119,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=ReplayConfig().max_new_tokens)
     parser.add_argument("--separate", action="store_true", help="also time R=2 with separate read passes")
+    parser.add_argument(
+        "--orders", nargs="*", default=[], choices=EVIDENCE_ORDERS, help="also time R=2 in these orders"
+    )
     parser.add_argument("--backend", choices=("transformers", "vllm"), default="transformers")
     parser.add_argument("--profile", action="store_true", help="per-stage seconds of one answer per length")
     args = parser.parse_args()
@@ -118,18 +129,20 @@ def main() -> None:
         engine = ReContextEngine.from_pretrained(backend="vllm", dtype="float32", enforce_eager=True)
     else:
         engine = ReContextEngine.from_pretrained()
-    arms = {"R=0": (engine, 0), "R=2": (engine, 2)}
+    config = ReplayConfig(max_new_tokens=args.max_new_tokens)
+    arms = {"R=0": (engine, config.with_options(rounds=0)), "R=2": (engine, config)}
+    for order in args.orders:
+        arms[f"R=2 {order} order"] = (engine, config.with_options(evidence_order=order))
     if args.separate:
         separate = ReContextEngine(SeparateReads(engine.backend), engine.tokenizer, engine.heads)
         separate.row_cache = None
-        arms["R=2 separate"] = (separate, 2)
+        arms["R=2 separate"] = (separate, config)
     steady_allocator()
     engine.answer("Warm-up text.", "Warm up?", max_new_tokens=2)
-    # The longest document leaves room for the template, the question, the evidence and the answer.
-    longest = engine.context_window - (96 + 48 * ReplayConfig().pool_limit + args.max_new_tokens)
+    longest = longest_context(engine.context_window, ReplayConfig().pool_limit, args.max_new_tokens)
     args.lengths = [min(length, longest) for length in args.lengths]
     if args.profile:
-        profile(engine, args.lengths, args.separate)
+        profile(engine, args.lengths, args.separate, args.orders)
         return
     others = [name for name in arms if name != "R=0"]
     print(
@@ -142,9 +155,8 @@ def main() -> None:
         for repeat in range(args.repeats):
             order = list(arms) if repeat % 2 == 0 else list(reversed(arms))
             for name in order:
-                arm_engine, rounds = arms[name]
-                config = ReplayConfig(rounds=rounds, max_new_tokens=args.max_new_tokens)
-                runs[name].append(measure(arm_engine, text, config))
+                arm_engine, arm_config = arms[name]
+                runs[name].append(measure(arm_engine, text, arm_config))
         base = runs["R=0"]
         for name in others:
             ratios = [(w / b[0], c / b[1], m / max(b[2], 1)) for (w, c, m, _), b in zip(runs[name], base)]

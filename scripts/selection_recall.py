@@ -27,7 +27,7 @@ from dataclasses import replace
 from recontext_engine import ReContextEngine, ReplayConfig
 from recontext_engine.bench.methods import MethodContext, bm25_recursive_evidence, oracle_evidence
 from recontext_engine.bench.metrics import evidence_recall, substring_match
-from recontext_engine.bench.tasks import MULTILINGUAL_TASKS, BenchCase, generate_case
+from recontext_engine.bench.tasks import MULTILINGUAL_TASKS, BenchCase, generate_case, longest_context
 from recontext_engine.engine import ReplayStream, _Request
 from recontext_engine.readout.transformers import truncate_cache
 from recontext_engine.results import Evidence
@@ -143,9 +143,7 @@ def main() -> None:
     engine = ReContextEngine.from_pretrained()
     base = engine.default_config.with_options(rounds=args.rounds)
     by_length: dict[int, dict[str, float]] = {}
-    # Room for the template, the question, the evidence (a sentence is at most max_sentence_chars,
-    # about 100 tokens) and the answer.
-    longest = engine.context_window - (96 + 100 * base.pool_limit + base.max_new_tokens)
+    longest = longest_context(engine.context_window, base.pool_limit, base.max_new_tokens)
     for length in [min(n, longest) for n in args.lengths]:
         recall, correct, sizes, seconds = _evaluate(engine, base, variants, length, args)
         cases = len(args.depths) * args.seeds

@@ -23,7 +23,7 @@ from .measure import PeakMemory, engine_device, machine_state, steady_allocator
 from .methods import MethodContext, get_method, recontext_config, variant_of
 from .metrics import evidence_precision, evidence_recall, exact_match, overlaps, substring_match
 from .settings import BenchSettings
-from .tasks import BenchCase, generate_cases
+from .tasks import BenchCase, generate_cases, longest_context
 
 _MIN_MEMORY = 1 << 20
 _MAX_ANSWER_TOKENS = 64
@@ -46,8 +46,7 @@ def build_cases(settings: BenchSettings, engine: Any) -> list[BenchCase]:
         for path in settings.helmet:
             cases += load_helmet(path, count_tokens=engine.count_tokens)
         return _spread(cases, settings.max_cases)
-    # Leave room for the template, the question, the replayed evidence and the answer.
-    reserve = 96 + 48 * settings.budget + max(settings.max_new_tokens, _MAX_ANSWER_TOKENS)
+    answer_tokens = max(settings.max_new_tokens, _MAX_ANSWER_TOKENS)
     cases = []
     for task in settings.tasks:
         cases += generate_cases(
@@ -57,7 +56,7 @@ def build_cases(settings: BenchSettings, engine: Any) -> list[BenchCase]:
             count_tokens=engine.count_tokens,
             layouts=settings.layouts,  # type: ignore[arg-type]
             seed=settings.seed,
-            max_tokens=engine.context_window - reserve,
+            max_tokens=longest_context(engine.context_window, settings.budget, answer_tokens),
             per_cell=settings.per_cell,
         )
     return _spread(cases, settings.max_cases)

@@ -57,6 +57,8 @@ Layout = Literal["text", "docs"]
 DEPTHS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 LENGTH_TOLERANCE = 0.03  # measured context tokens within 3% of the target
 DOC_TOKENS = 350  # tokens per document in the "docs" layout
+PROMPT_TOKENS = 96  # chat template, document headers, evidence template and question
+SENTENCE_TOKENS = 64  # bound on one generated sentence (the longest, in Arabic, has 58)
 _PARAGRAPH = (4, 9)  # sentences per paragraph in filler text
 
 
@@ -788,6 +790,14 @@ MULTILINGUAL_TASKS: tuple[str, ...] = tuple(
     f"{kind}_{code}" for code in _LANGUAGE_NAMES for kind in ("needle", "multi_hop")
 )
 DEFAULT_TASKS: tuple[str, ...] = ("needle", "multi_hop", "conflict", "json_kv")
+
+
+def longest_context(window: int, evidence_sentences: int, answer_tokens: int) -> int:
+    """The longest target context (tokens) whose cases leave room in ``window`` for the prompt,
+    ``evidence_sentences`` replayed sentences and the answer (contexts run up to LENGTH_TOLERANCE
+    over their target)."""
+    room = window - PROMPT_TOKENS - SENTENCE_TOKENS * evidence_sentences - answer_tokens
+    return int(room / (1 + LENGTH_TOLERANCE))
 
 
 def generate_case(

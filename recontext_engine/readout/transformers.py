@@ -3,7 +3,8 @@
 The model runs its usual SDPA attention. For the selected layers, while a capture is active,
 the wrapper also computes the attention rows of the last ``w`` queries (post-RoPE, post q/k-norm,
 exactly as the model computed them) over every cached key, for the selected query heads only:
-memory O(|H| * w * n), never O(n^2). After the deepest selected layer the pass stops.
+memory O(|H| * w * n), never O(n^2). After the deepest selected layer the pass stops (unless
+it keeps its tokens in the cache for the generation: then it runs every layer).
 """
 
 from __future__ import annotations
@@ -299,15 +300,23 @@ class TransformersBackend:
         suffix_ids: list[int],
         heads: HeadSet,
         cue_window: int,
+        keep: bool = False,
     ) -> torch.Tensor:
         """Attention rows of the last ``cue_window`` tokens of ``[prefix; suffix]`` for ``heads``.
 
-        The cache holds the prefix; it is restored to ``prefix_len`` positions afterwards.
+        The cache holds the prefix; it is restored to ``prefix_len`` positions afterwards, or with
+        ``keep`` it holds ``[prefix; suffix]`` (the pass then runs every layer), for a later pass or
+        the generation to go on from (see :meth:`crop`).
 
         Returns:
             (len(heads), w, prefix_len + len(suffix_ids)) float32 rows, in ``heads`` order.
         """
-        return self._read_pass(cache, prefix_len, suffix_ids, heads, cue_window)
+        kept = len(suffix_ids) if keep else 0
+        return self._read_pass(cache, prefix_len, suffix_ids, heads, cue_window, keep=kept)
+
+    def crop(self, cache: DynamicCache, length: int) -> None:
+        """Keep the first ``length`` cached positions (what a ``keep`` read left beyond them goes)."""
+        truncate_cache(cache, length)
 
     @property
     def shares_reads(self) -> bool:
@@ -325,13 +334,15 @@ class TransformersBackend:
         branches: list[list[int]],
         heads: HeadSet,
         cue_window: int,
+        keep: bool = False,
     ) -> list[torch.Tensor]:
         """``[read(cache, prefix_len, shared_ids + b, heads, cue_window) for b in branches]`` in one pass.
 
         The shared tokens are computed once and every branch attends to them and to itself only
         (a tree mask, with each branch's positions restarting after the shared tokens), so the
         rows equal those of separate reads to float tolerance. Models with sliding-window layers
-        read the branches one after another.
+        read the branches one after another. With ``keep`` the cache holds
+        ``[prefix; shared; branches[0]]`` afterwards, as after ``read(..., keep=True)``.
 
         Returns:
             Per branch, (len(heads), w, prefix_len + len(shared_ids) + len(branch)) float32 rows.
@@ -339,7 +350,9 @@ class TransformersBackend:
         if not branches or any(not branch for branch in branches):
             raise ValueError("read_branches needs at least one branch, each with at least one token")
         if not self.shares_reads or len(branches) == 1:
-            return [self.read(cache, prefix_len, shared_ids + b, heads, cue_window) for b in branches]
+            # the first branch last, so that what it keeps stays in the cache
+            rows = [self.read(cache, prefix_len, shared_ids + b, heads, cue_window) for b in branches[1:]]
+            return [self.read(cache, prefix_len, shared_ids + branches[0], heads, cue_window, keep), *rows]
         shared = len(shared_ids)
         lengths = [len(b) for b in branches]
         # Forward order: shared, branch 0, branch 1, ...; ``owner`` -1 marks the shared tokens.
@@ -367,6 +380,7 @@ class TransformersBackend:
             attention_mask=mask.to(self.device),
             position_ids=(prefix_len + offset)[None].to(self.device),
             cue_index=torch.cat(cues),
+            keep=shared + lengths[0] if keep else 0,
         )  # (h, sum of cue lengths, prefix_len + m)
         results, row = [], 0
         for tokens, cue in zip(own, cues):
@@ -382,8 +396,10 @@ class TransformersBackend:
         suffix_ids: list[int],
         heads: HeadSet,
         cue_window: int,
+        keep: int = 0,
         **tree: torch.Tensor,
     ) -> torch.Tensor:
+        """One forward of ``suffix_ids`` after the cached prefix; the cache keeps ``keep`` of them."""
         total = prefix_len + len(suffix_ids)
         if total > self.window:
             raise PromptTooLongError(f"prompt of {total} tokens exceeds the model window of {self.window}")
@@ -392,7 +408,8 @@ class TransformersBackend:
             heads_by_layer={layer: torch.tensor(hs) for layer, hs in by_layer.items()},
             cue_window=cue_window,
             total_len=total,
-            stop_layer=heads.max_layer,
+            # kept tokens need their keys and values in every layer
+            stop_layer=-1 if keep else heads.max_layer,
             cue_index=tree.pop("cue_index", None),
         )
         token = _ACTIVE.set(capture)
@@ -408,7 +425,7 @@ class TransformersBackend:
             pass
         finally:
             _ACTIVE.reset(token)
-            truncate_cache(cache, prefix_len)
+            truncate_cache(cache, prefix_len + keep)
         missing = sorted(set(by_layer) - set(capture.rows))
         if missing:
             raise UnsupportedModelError(f"no attention was captured at layer(s) {missing}")

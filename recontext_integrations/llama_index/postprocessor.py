@@ -78,12 +78,13 @@ class ReContextEvidencePostprocessor(LocalEngine, BaseNodePostprocessor):
     ``mode="append"`` (default) keeps every node and appends one evidence node, last, so it sits
     next to the question in LlamaIndex's prompts; its metadata ``spans`` (``node_id``,
     ``char_start``, ``char_end``, ``score``, ``round``) slice back into the source nodes'
-    ``get_content()``. ``mode="extract"`` returns only the evidence: one node per sentence, in
-    document order, scored by attention, with ``source_node_id`` and char offsets in metadata and
-    a SOURCE relationship. With ``rerank=True`` the nodes are first reordered by attention mass
-    (written to ``NodeWithScore.score``) and cut to ``top_n``; LlamaIndex's ``ReRankStartEvent``
-    and ``ReRankEndEvent`` (and the legacy RERANKING callback event) are emitted. The selected
-    evidence is dispatched as a :class:`ReContextEvidenceEvent`.
+    ``get_content()``. ``mode="extract"`` returns only the evidence: one node per sentence, in the
+    engine's replay order (``ReplayConfig.evidence_order``), scored by attention, with
+    ``source_node_id`` and char offsets in metadata and a SOURCE relationship. With ``rerank=True``
+    the nodes are first reordered by attention mass (written to ``NodeWithScore.score``) and cut to
+    ``top_n``; LlamaIndex's ``ReRankStartEvent`` and ``ReRankEndEvent`` (and the legacy RERANKING
+    callback event) are emitted. The selected evidence is dispatched as a
+    :class:`ReContextEvidenceEvent`.
 
     Pass a ready ``engine=``, or set ``model``/``heads``/``device`` to load one on first use (shared
     with a ``ReContextLLM`` of the same settings). Node text goes to the engine as it is (no

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from recontext_engine import ReContextEngine, ReplayConfig
+from recontext_engine.config import EXTENDING_ORDERS
 from recontext_engine.reads import SeparateReads
 from tests.documents import filler, planted_document
 
@@ -74,3 +75,52 @@ def test_a_second_question_on_the_same_context_reuses_the_null_rows(engine, base
     cold = baseline.select_evidence(context, "Where does Bo Lund work?", CONFIG.with_options(rounds=1))
     assert [e.text for e in second] == [e.text for e in cold]
     assert [e.score for e in second] == pytest.approx([e.score for e in cold], rel=1e-4, abs=1e-6)
+
+
+class _Generations:
+    """A view of a backend that records how many suffix tokens each generation computes; with
+    ``crop=False`` it hides ``crop``, so nothing a read pass computed is kept."""
+
+    def __init__(self, backend, crop: bool) -> None:
+        self._backend, self._crop = backend, crop
+        self.fed: list[int] = []
+
+    def __getattr__(self, name: str):
+        if name == "crop" and not self._crop:
+            raise AttributeError(name)
+        return getattr(self._backend, name)
+
+    def generate(self, cache, suffix_ids, config, eos_ids):
+        self.fed.append(len(suffix_ids))
+        return self._backend.generate(cache, suffix_ids, config, eos_ids)
+
+
+@pytest.mark.parametrize(
+    ("case", "options"),
+    [
+        (0, {"evidence_order": "round"}),
+        (1, {"evidence_order": "round"}),
+        (1, {"evidence_order": "score", "null_calibration": True, "rounds": 3}),
+        (1, {"evidence_order": "document"}),
+    ],
+    ids=["round-lookup", "round-two-hop", "score-null-r3", "document"],
+)
+def test_the_generation_goes_on_from_the_kept_evidence_with_the_same_answer(engine, case, options) -> None:
+    """A read pass with evidence stays in the cache; the generation computes only what differs from
+    it. In an order that grows round by round that is all but the earlier rounds' evidence, and the
+    answer is the same."""
+    context, question = CASES[case]
+    kept = _Generations(engine.backend, crop=True)
+    recomputed = _Generations(engine.backend, crop=False)
+    config = ReplayConfig(rounds=2, top_k=4, max_new_tokens=12).with_options(**options)
+    ours = ReContextEngine(kept, engine.tokenizer, engine.heads).answer(context, question, config)
+    plain = ReContextEngine(recomputed, engine.tokenizer, engine.heads).answer(context, question, config)
+    assert [(e.text, e.round) for e in ours.evidence] == [(e.text, e.round) for e in plain.evidence]
+    assert ours.text == plain.text and ours.usage == plain.usage
+    assert any(e.round == config.rounds for e in ours.evidence)
+    earlier = [e.text for e in ours.evidence if e.round < config.rounds]
+    saved = recomputed.fed[-1] - kept.fed[-1]
+    if options["evidence_order"] in EXTENDING_ORDERS:
+        assert earlier and saved >= sum(engine.count_tokens(t) - 1 for t in earlier)
+    else:
+        assert 0 <= saved < recomputed.fed[-1]

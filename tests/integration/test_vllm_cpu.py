@@ -12,6 +12,7 @@ import importlib.util
 import pytest
 
 from recontext_engine import InputError, PromptTooLongError, ReplayConfig
+from recontext_engine.reads import common_start
 from tests.documents import planted_document
 
 pytestmark = [
@@ -38,6 +39,7 @@ CASES = [
         0.8,
     ),
 ]
+ROUND_ORDER_SENTENCES = 42  # the context (465 tokens) ends late in a 128-token block: see the test
 # Null calibration on, so the null read and its row cache run on vLLM too (the default skips them).
 CONFIG = ReplayConfig(rounds=2, top_k=4, max_new_tokens=12, null_calibration=True)
 
@@ -121,6 +123,31 @@ def test_prefix_cache_reuse_across_rounds_and_questions(vllm_engine):
     fresh = list(backend.prefix_hits)
     assert [kind for kind, _, _ in fresh] == ["read"]
     assert fresh[0][2] >= context - block
+
+
+def test_in_round_order_the_generation_takes_the_earlier_evidence_from_the_prefix_cache(vllm_engine):
+    """vLLM has no ``crop``: what the transformers backend keeps of a read pass comes here from vLLM's
+    prefix cache, the whole blocks of the last read's prompt that the generation's prompt starts with."""
+    backend = vllm_engine.backend
+    document = planted_document(
+        "The red door opens at dusk.", sentences=ROUND_ORDER_SENTENCES, depth=0.4, seed=8
+    )
+    question = "When does the red door open?"
+    config = ReplayConfig(rounds=2, top_k=4, max_new_tokens=8, evidence_order="round")
+    backend.prefix_hits.clear()
+    result = vllm_engine.answer(document, question, config)
+    kind, _, cached = backend.prefix_hits[-1]
+    request = vllm_engine._start(document, question, config)
+    earlier = [e for e in result.evidence if e.round == 1]
+    read = vllm_engine.prompts.suffix(request.prefix, question, earlier, config).ids
+    final = vllm_engine.prompts.suffix(request.prefix, question, result.evidence, config).ids
+    context, block = len(request.prefix.ids), 128
+    shared = context + common_start([read, final])
+    # round order: the generation's prompt starts with all of round 1's evidence
+    assert shared - context >= sum(vllm_engine.count_tokens(e.text) - 1 for e in earlier)
+    assert shared // block > context // block  # the earlier evidence fills a block: something to reuse
+    assert kind == "generate" and cached >= shared // block * block
+    assert "The red door opens at dusk." in [e.text for e in result.evidence]
 
 
 def test_salted_retry_when_the_prompt_is_already_cached(engine, vllm_engine):

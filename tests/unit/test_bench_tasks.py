@@ -10,13 +10,16 @@ import pytest
 from recontext_engine.bench.tasks import (
     DEPTHS,
     LENGTH_TOLERANCE,
+    PROMPT_TOKENS,
+    SENTENCE_TOKENS,
     TASKS,
     BenchCase,
     filler_sentence,
     generate_case,
     generate_cases,
+    longest_context,
 )
-from recontext_engine.spans import split_sentences
+from recontext_engine.spans import document_sentences, split_sentences
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -225,3 +228,20 @@ def test_generation_does_not_depend_on_the_hash_seed() -> None:
         for seed in ("1", "2")
     }
     assert len(digests) == 1
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_cases_at_the_longest_context_leave_room_for_the_evidence_and_the_answer(task: str) -> None:
+    window, budget, answer = 2048, 8, 128
+    target = longest_context(window, budget, answer)
+    for layout in ("text", "docs"):
+        case = generate_case(
+            task, length=4096, depth=0.5, count_tokens=count_stub, layout=layout, max_tokens=target
+        )
+        documents = [case.context] if isinstance(case.context, str) else case.context
+        longest = max(
+            count_stub(documents[s.doc_index][s.start : s.end]) for s in document_sentences(documents)
+        )
+        assert longest <= SENTENCE_TOKENS
+        context = sum(count_stub(d) for d in documents)
+        assert context + PROMPT_TOKENS + budget * longest + answer <= window

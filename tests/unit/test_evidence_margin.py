@@ -28,7 +28,7 @@ def test_the_margin_is_validated() -> None:
             ReplayConfig(evidence_margin=bad)
 
 
-def test_the_pool_reads_in_document_order_best_first_or_best_last() -> None:
+def test_the_pool_reads_in_document_order_round_order_best_first_or_best_last() -> None:
     pool = EvidencePool(limit=4)
     for sentence_id, score, round_index in [(5, 0.9, 1), (2, 0.4, 1), (1, 0.8, 2), (9, 0.3, 2)]:
         pool.add(
@@ -38,4 +38,5 @@ def test_the_pool_reads_in_document_order_best_first_or_best_last() -> None:
     assert [e.text for e in pool.by_score()] == ["s5", "s2", "s1", "s9"]
     assert pool.arranged("document") == pool.ordered() and pool.arranged("score") == pool.by_score()
     assert [e.text for e in pool.arranged("score_last")] == ["s9", "s1", "s2", "s5"]
+    assert [e.text for e in pool.arranged("round")] == ["s2", "s5", "s1", "s9"]
     assert ReplayConfig(evidence_order="score_last").evidence_order == "score_last"

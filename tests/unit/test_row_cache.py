@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from recontext_engine.heads.headset import HeadSet
@@ -45,12 +46,12 @@ class _Backend:
         if branches:
             self.read_branches = self._read_branches
 
-    def read(self, cache, prefix_len, suffix, heads, cue_window):
-        self.calls.append(("read", tuple(suffix)))
+    def read(self, cache, prefix_len, suffix, heads, cue_window, **keep):
+        self.calls.append(("read", tuple(suffix), prefix_len, *keep))
         return torch.tensor([float(sum(suffix))])
 
-    def _read_branches(self, cache, prefix_len, shared, branches, heads, cue_window):
-        self.calls.append(("branches", tuple(shared), tuple(map(tuple, branches))))
+    def _read_branches(self, cache, prefix_len, shared, branches, heads, cue_window, **keep):
+        self.calls.append(("branches", tuple(shared), tuple(map(tuple, branches)), prefix_len, *keep))
         return [torch.tensor([float(sum(shared + b))]) for b in branches]
 
 
@@ -58,12 +59,25 @@ def test_read_rows_shares_the_common_start_and_caches_what_is_marked() -> None:
     backend, cache = _Backend(branches=True), RowCache()
     rows = read_rows(backend, None, [9, 9], [[1, 2, 3], [1, 2, 4]], HEADS, 8, cache, [False, True])
     assert [float(r) for r in rows] == [6.0, 7.0]
-    assert backend.calls == [("branches", (1, 2), ((3,), (4,)))]
+    assert backend.calls == [("branches", (1, 2), ((3,), (4,)), 2)]
     again = read_rows(backend, None, [9, 9], [[1, 5], [1, 2, 4]], HEADS, 8, cache, [False, True])
-    assert [float(r) for r in again] == [6.0, 7.0] and backend.calls[-1] == ("read", (1, 5))
+    assert [float(r) for r in again] == [6.0, 7.0] and backend.calls[-1] == ("read", (1, 5), 2)
 
 
 def test_read_rows_falls_back_to_one_read_per_suffix() -> None:
     backend = _Backend(branches=False)
     rows = read_rows(backend, None, [9], [[1, 2], [1, 3]], HEADS, 8)
     assert [float(r) for r in rows] == [3.0, 4.0] and [c[0] for c in backend.calls] == ["read", "read"]
+
+
+@pytest.mark.parametrize("branches", [False, True])
+def test_read_rows_skips_what_the_cache_holds_and_keeps_the_question_pass_last(branches: bool) -> None:
+    """``cached`` tokens of every suffix are not read again; ``keep`` goes to the first suffix's
+    pass only, and without ``read_branches`` that pass comes last (what it keeps stays)."""
+    backend = _Backend(branches)
+    rows = read_rows(backend, None, [9], [[1, 2, 3], [1, 2, 4]], HEADS, 8, cached=1, keep=True)
+    assert [float(r) for r in rows] == [5.0, 6.0]  # rows of the uncached tails
+    if branches:
+        assert backend.calls == [("branches", (2,), ((3,), (4,)), 2, "keep")]
+    else:
+        assert backend.calls == [("read", (2, 4), 2), ("read", (2, 3), 2, "keep")]

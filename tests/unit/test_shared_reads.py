@@ -52,3 +52,33 @@ def test_a_branch_without_tokens_is_refused() -> None:
     backend = TransformersBackend(tiny_model("llama"))
     with pytest.raises(ValueError, match="at least one token"):
         backend.read_branches(backend.prefill([5, 6]), 2, [7], [[8], []], HEADS, cue_window=2)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("branched", [False, True])
+def test_a_kept_read_leaves_the_cache_a_prefill_would(arch: str, branched: bool) -> None:
+    """After ``keep``, the cache holds ``[prefix; suffix]`` (every layer, right positions): the next
+    token's logits equal those after prefilling the same ids; ``crop`` goes back to any length."""
+    torch.manual_seed(5)
+    backend = TransformersBackend(tiny_model(arch))
+    deep = HeadSet(((0, 1),))  # a head in the first layer: a plain read would stop there
+    prefix = torch.randint(3, 128, (30,)).tolist()
+    shared, question, other = [torch.randint(3, 128, (n,)).tolist() for n in (9, 6, 4)]
+    cache = backend.prefill(prefix)
+    if branched:
+        rows = backend.read_branches(cache, 30, shared, [question, other], deep, cue_window=4, keep=True)[0]
+    else:
+        rows = backend.read(cache, 30, shared + question, deep, cue_window=4, keep=True)
+    assert cache.get_seq_length() == 30 + len(shared) + len(question)
+    torch.testing.assert_close(rows, backend.read(backend.prefill(prefix), 30, shared + question, deep, 4))
+    fresh = backend.prefill(prefix + shared + question)
+    torch.testing.assert_close(
+        backend.next_logits(cache, [7]), backend.next_logits(fresh, [7]), atol=2e-5, rtol=1e-4
+    )
+    backend.crop(cache, 30 + len(shared))
+    torch.testing.assert_close(
+        backend.next_logits(cache, other),
+        backend.next_logits(backend.prefill(prefix + shared), other),
+        atol=2e-5,
+        rtol=1e-4,
+    )
