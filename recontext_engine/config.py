@@ -110,7 +110,7 @@ class ReplayConfig:
         },
     )
     evidence_order: Literal["document", "round", "score", "score_last"] = field(
-        default="round",
+        default="document",
         metadata={
             "help": "Order of the replayed sentences: as in the documents, round after round (each in "
             "document order), best-scored first ('score': round after round, best first in each), or "

@@ -19,13 +19,12 @@ chat template); they differ only in which evidence ``E`` is replayed:
 - ``recontext-attn-r{R}``: attention only (``lexical_weight=0``), null-calibrated.
 - ``recontext-paper-r{R}``: the paper's pure method: token unit, no null calibration, attention only.
 - ``recontext-budget-r{R}``: the adaptive budget (``evidence_margin``, :data:`BUDGET_MARGIN`).
-- ``recontext-scoreorder-r{R}``: evidence replayed best-first (round by round) instead of in round order.
+- ``recontext-scoreorder-r{R}``: evidence replayed best-first (round by round) instead of in document order.
 - ``recontext-cue-r{R}``: with the evidence cue (``evidence_cue=1``).
 - ``oracle``: the gold sentences (the upper bound of any replay).
 
 Replay methods share one sentence segmentation (:func:`recontext_engine.spans.document_sentences`)
-and one budget, and their evidence is replayed in document order (ReContext's default replays round
-after round, each round in document order: the same for one round).
+and one budget, and their evidence is replayed in document order, as ReContext's pool is by default.
 Retrieval time (BM25 indexing, embedding the sentences) counts in a method's time; loading the
 embedding model does not (it is loaded once, before timing).
 """
@@ -251,7 +250,7 @@ _DESCRIPTIONS = {
     "recontext-attn": "ReContext, attention only (null-calibrated sentence mass)",
     "recontext-paper": "ReContext as in the paper (token unit, no null calibration, attention only)",
     "recontext-budget": f"ReContext with the adaptive budget (evidence_margin={BUDGET_MARGIN})",
-    "recontext-scoreorder": "ReContext, evidence best-first (round by round) instead of round order",
+    "recontext-scoreorder": "ReContext, evidence best-first (round by round) instead of document order",
     "recontext-cue": "ReContext with the evidence cue (evidence_cue=1: the pooled sentences' own attention)",
 }
 for _r in (1, 2, 3):

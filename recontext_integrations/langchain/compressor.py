@@ -26,7 +26,7 @@ class ReContextCompressor(EngineSettings, BaseDocumentCompressor):
       :class:`ReContextReplayer` adds it: the sentences in the engine's evidence template,
       ``kind="recontext_evidence"``, ``spans`` and ``source_documents`` in metadata).
     - ``"extract"``: only the evidence, one Document per sentence in the order the engine replays
-      them (``ReplayConfig.evidence_order``: round after round by default); metadata is
+      them (``ReplayConfig.evidence_order``: document order by default); metadata is
       the source document's plus ``kind="recontext_evidence_sentence"``, ``source_doc_index``,
       ``source_id``, ``char_start``/``char_end`` (into the source ``page_content``), ``score`` and
       ``round``.
