@@ -139,7 +139,7 @@ def main() -> None:
         arms["R=2 separate"] = (separate, config)
     steady_allocator()
     engine.answer("Warm-up text.", "Warm up?", max_new_tokens=2)
-    longest = longest_context(engine.context_window, ReplayConfig().pool_limit, args.max_new_tokens)
+    longest = longest_context(engine.context_window, config.pool_limit, args.max_new_tokens)
     args.lengths = [min(length, longest) for length in args.lengths]
     if args.profile:
         profile(engine, args.lengths, args.separate, args.orders)

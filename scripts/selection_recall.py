@@ -29,7 +29,6 @@ from recontext_engine.bench.methods import MethodContext, bm25_recursive_evidenc
 from recontext_engine.bench.metrics import evidence_recall, substring_match
 from recontext_engine.bench.tasks import MULTILINGUAL_TASKS, BenchCase, generate_case, longest_context
 from recontext_engine.engine import ReplayStream, _Request
-from recontext_engine.readout.transformers import truncate_cache
 from recontext_engine.results import Evidence
 
 VARIANTS: dict[str, dict[str, object]] = {
@@ -67,7 +66,7 @@ def _answered(
     stream = ReplayStream(iter(()))
     for _ in engine._run(replace(request, config=config, timings={}), evidence, stream):
         pass
-    truncate_cache(request.cache, len(request.prefix.ids))
+    engine.backend.crop(request.cache, len(request.prefix.ids))
     assert stream.result is not None
     return substring_match(stream.result.text, case.answers)
 
