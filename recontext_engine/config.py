@@ -63,8 +63,17 @@ class ReplayConfig:
     lexical_weight: float = field(
         default=1.0,
         metadata={
-            "help": "Hybrid selection (unit='sentence'): weight of BM25 in reciprocal-rank fusion with the "
-            "attention ranks; 0 = attention only."
+            "help": "Hybrid selection (unit='sentence'): weight of the lexical side (BM25, and the "
+            "embedding similarity times semantic_weight) in reciprocal-rank fusion with the attention "
+            "ranks; 0 = attention only."
+        },
+    )
+    semantic_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "Hybrid selection: weight, next to BM25's, of the sentences' similarity to the "
+            "question in the model's input-embedding space (it matches words BM25 cannot: 'car' and "
+            "'automobile'); scaled by lexical_weight; 0 = off."
         },
     )
     max_evidence: int | None = field(
@@ -129,6 +138,7 @@ class ReplayConfig:
             (self.unit in ("token", "sentence"), f"unknown unit {self.unit!r}"),
             (self.evidence_order in EVIDENCE_ORDERS, f"unknown evidence_order {self.evidence_order!r}"),
             (self.lexical_weight >= 0.0, f"lexical_weight must be >= 0, got {self.lexical_weight}"),
+            (self.semantic_weight >= 0.0, f"semantic_weight must be >= 0, got {self.semantic_weight}"),
             (self.evidence_cue >= 0.0, f"evidence_cue must be >= 0, got {self.evidence_cue}"),
             (self.max_evidence is None or self.max_evidence >= 1, "max_evidence must be >= 1 or None"),
             (self.max_sentence_chars >= 20, "max_sentence_chars must be >= 20"),

@@ -19,6 +19,8 @@ def select_sentences(
     lexical: torch.Tensor | None = None,
     lexical_weight: float = 0.0,
     exclude: Sequence[int] = (),
+    semantic: torch.Tensor | None = None,
+    semantic_weight: float = 0.0,
 ) -> list[tuple[int, float]]:
     """Pick sentences from per-position scores.
 
@@ -29,6 +31,8 @@ def select_sentences(
             ``"sentence"``: the top-K sentences by summed score.
         lexical: (num_sentences,) lexical scores; with ``unit="sentence"`` and a positive
             ``lexical_weight`` the sentences are ranked by reciprocal-rank fusion of both.
+        semantic: (num_sentences,) embedding similarities to the query; with ``unit="sentence"``
+            and a positive ``semantic_weight`` their ranks join the fusion.
         exclude: sentence ids not to pick again (``unit="sentence"``: a later round brings new
             evidence instead of re-picking the pool; the paper's token rule only deduplicates).
 
@@ -49,11 +53,15 @@ def select_sentences(
     mass = torch.zeros(num_sentences).index_add_(0, token_sentence[valid], scores[valid].float())
     present = torch.zeros(num_sentences, dtype=torch.bool)
     present[token_sentence[valid]] = True
+    fused: list[torch.Tensor] = []
     if lexical is not None and lexical_weight > 0:
         lexical = lexical[:num_sentences]
         # A sentence that shares no word with the query earns no lexical credit, whatever its rank.
-        lexical_credit = torch.where(lexical > 0, reciprocal_ranks(lexical), 0.0)
-        mass = reciprocal_ranks(mass) + lexical_weight * lexical_credit
+        fused.append(lexical_weight * torch.where(lexical > 0, reciprocal_ranks(lexical), 0.0))
+    if semantic is not None and semantic_weight > 0:
+        fused.append(semantic_weight * reciprocal_ranks(semantic[:num_sentences]))
+    if fused:
+        mass = reciprocal_ranks(mass) + sum(fused)
     present[list(exclude)] = False
     mass[~present] = float("-inf")
     order = torch.argsort(mass, descending=True, stable=True)[: min(top_k, int(present.sum()))]

@@ -17,12 +17,13 @@ from .errors import InputError, PromptTooLongError
 from .heads.headset import HeadSet
 from .heads.registry import HeadsArg, resolve_heads
 from .language import documents_language
-from .lexical import bm25_scores, recursive_bm25_scores
+from .lexical import bm25_scores, connected_sentences, recursive_bm25_scores
 from .prompt import NULL_QUESTION, Prefix, PromptBuilder, Suffix
 from .reads import RowCache, common_start, read_rows
 from .results import Evidence, ReplayResult, Usage
 from .scoring import Scorer, scorer_for
 from .scoring.evidence_cue import evidence_cue_scores
+from .semantic import embedding_scores
 from .spans import check_text, document_sentences, normalize_documents
 
 
@@ -55,15 +56,22 @@ class _Request:
     def question_scores(self) -> torch.Tensor:
         return bm25_scores(self.question, self.sentence_texts, self.language)
 
+    def pooled(self, evidence: Sequence[Evidence]) -> list[int]:
+        return [self.sentence_key[(e.doc_index, e.char_start, e.char_end)] for e in evidence]
+
     def lexical(self, evidence: Sequence[Evidence] = ()) -> torch.Tensor | None:
         """BM25 scores of the sentences (the question plus the connected pooled ones as query, see
         :func:`~recontext_engine.lexical.recursive_bm25_scores`) when the hybrid selection asks."""
         if self.config.unit != "sentence" or self.config.lexical_weight <= 0:
             return None
-        pooled = [self.sentence_key[(e.doc_index, e.char_start, e.char_end)] for e in evidence]
         return recursive_bm25_scores(
-            self.question, self.sentence_texts, pooled, self.language, self.question_scores
+            self.question, self.sentence_texts, self.pooled(evidence), self.language, self.question_scores
         )
+
+    def query(self, evidence: Sequence[Evidence] = ()) -> str:
+        """The question plus the pooled sentences connected to it (the recursive BM25 query)."""
+        related = connected_sentences(self.question_scores, self.pooled(evidence))
+        return " ".join([self.question, *(self.sentence_texts[i] for i in related)])
 
 
 EvidenceCallback = Callable[[list[Evidence]], None]
@@ -422,6 +430,24 @@ class ReContextEngine:
         request.kept = request.kept[:cached]
         return cached
 
+    @cached_property
+    def input_embeddings(self) -> torch.Tensor | None:
+        """The model's (vocab, dim) input embeddings, where the backend gives them (``semantic_weight``)."""
+        get = getattr(self.backend, "input_embeddings", None)
+        return get() if get is not None else None
+
+    def _semantic(self, request: _Request, evidence: Sequence[Evidence]) -> torch.Tensor | None:
+        """Embedding similarities of the sentences to the round's query, when the hybrid asks."""
+        config = request.config
+        wanted = config.unit == "sentence" and config.lexical_weight * config.semantic_weight > 0
+        if not wanted or self.input_embeddings is None:
+            return None
+        query = self.tokenizer(" " + request.query(evidence), add_special_tokens=False)["input_ids"]
+        prefix = request.prefix
+        return embedding_scores(
+            query, prefix.ids, prefix.token_sentence, len(prefix.sentences), self.input_embeddings
+        )
+
     def _select(self, request: _Request) -> list[Evidence]:
         config, prefix = request.config, request.prefix
         pool = EvidencePool(config.pool_limit)
@@ -441,6 +467,8 @@ class ReContextEngine:
                 request.lexical(current),
                 config.lexical_weight,
                 exclude=pool.sentence_ids(),
+                semantic=self._semantic(request, current),
+                semantic_weight=config.lexical_weight * config.semantic_weight,
             )
             for sentence_id, score in within_margin(picks, config.evidence_margin):
                 s = prefix.sentences[sentence_id]

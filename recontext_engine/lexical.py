@@ -76,6 +76,21 @@ def bm25_scores(question: str, sentences: Sequence[str], language: str = "en") -
     return scores
 
 
+def connected_sentences(question_scores: torch.Tensor, pooled: Sequence[int]) -> list[int]:
+    """The ``pooled`` sentences connected to the question: those matching it (``question_scores``,
+    BM25) at least ``CONNECTED_FRACTION`` as well as the best pooled one.
+
+    A later round's query is the question plus these: they let the round find what links to them
+    (the second hop of a chain); pooled sentences that share nothing with the question would steer
+    the query off topic, and so do those that share only a common word (in "周文华在星光科技工作。"
+    the pair 工作 "work" matches every "... works at ..." sentence, and four companies in the query
+    hide the one that answers).
+    """
+    best = max((float(question_scores[i]) for i in pooled), default=0.0)
+    floor = CONNECTED_FRACTION * best
+    return [i for i in pooled if question_scores[i] > 0 and question_scores[i] >= floor]
+
+
 def recursive_bm25_scores(
     question: str,
     sentences: Sequence[str],
@@ -83,21 +98,12 @@ def recursive_bm25_scores(
     language: str = "en",
     question_scores: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """BM25 scores for a later round: the query is the question plus the ``pooled`` sentences
-    (indices into ``sentences``) connected to it: those matching the question at least
-    ``CONNECTED_FRACTION`` as well as the best pooled one.
-
-    The connected sentences let a round find what links to them (the second hop of a chain);
-    pooled sentences that share nothing with the question would steer BM25 off topic, and so do
-    those that share only a common word (in "周文华在星光科技工作。" the pair 工作 "work" matches every
-    "... works at ..." sentence, and four companies in the query hide the one that answers).
-    ``question_scores`` (the first round's scores) saves recomputing them.
-    """
+    """BM25 scores for a later round: the query is the question plus the :func:`connected_sentences`
+    of the ``pooled`` ones (indices into ``sentences``). ``question_scores`` (the first round's
+    scores) saves recomputing them."""
     if question_scores is None:
         question_scores = bm25_scores(question, sentences, language)
-    best = max((float(question_scores[i]) for i in pooled), default=0.0)
-    floor = CONNECTED_FRACTION * best
-    related = [sentences[i] for i in pooled if question_scores[i] > 0 and question_scores[i] >= floor]
+    related = [sentences[i] for i in connected_sentences(question_scores, pooled)]
     if not related:
         return question_scores
     return bm25_scores(" ".join([question, *related]), sentences, language)

@@ -51,7 +51,7 @@ def document(tokens: int, count_tokens, seed: int = 0) -> str:
 _calls = itertools.count()
 
 
-def measure(engine: ReContextEngine, text: str, config: ReplayConfig) -> tuple[float, float, int, str]:
+def measure(engine: ReContextEngine, text: str, config: ReplayConfig) -> tuple[float, float, int, str, int]:
     if engine.row_cache is not None:
         engine.row_cache.clear()
     text = f"Entry {next(_calls)}. {text}"
@@ -59,7 +59,7 @@ def measure(engine: ReContextEngine, text: str, config: ReplayConfig) -> tuple[f
         wall, cpu = time.perf_counter(), time.process_time()
         result = engine.answer(text, QUESTION, config)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return wall, cpu, memory.peak, result.text
+    return wall, cpu, memory.peak, result.text, result.usage.output_tokens
 
 
 class TimedReads:
@@ -146,12 +146,12 @@ def main() -> None:
         return
     others = [name for name in arms if name != "R=0"]
     print(
-        "| tokens | arm | R=0 s | arm s | time / R=0 (wall) | time / R=0 (CPU) | memory / R=0 | answer |\n"
-        "|---:|---|---:|---:|---:|---:|---:|---|"
+        "| tokens | arm | R=0 s | arm s | time / R=0 (wall) | time / R=0 (CPU) | memory / R=0 "
+        "| answer tokens R=0 / arm | answer |\n|---:|---|---:|---:|---:|---:|---:|---:|---|"
     )
     for length in args.lengths:
         text = document(length, engine.count_tokens)
-        runs: dict[str, list[tuple[float, float, int, str]]] = {name: [] for name in arms}
+        runs: dict[str, list[tuple[float, float, int, str, int]]] = {name: [] for name in arms}
         for repeat in range(args.repeats):
             order = list(arms) if repeat % 2 == 0 else list(reversed(arms))
             for name in order:
@@ -159,14 +159,14 @@ def main() -> None:
                 runs[name].append(measure(arm_engine, text, arm_config))
         base = runs["R=0"]
         for name in others:
-            ratios = [(w / b[0], c / b[1], m / max(b[2], 1)) for (w, c, m, _), b in zip(runs[name], base)]
+            ratios = [(w / b[0], c / b[1], m / max(b[2], 1)) for (w, c, m, *_), b in zip(runs[name], base)]
             wall, cpu, mem = (statistics.median(r[i] for r in ratios) for i in range(3))
             t0 = statistics.median(b[0] for b in base)
             t = statistics.median(r[0] for r in runs[name])
             memory = f"{mem:.2f}x" if args.backend == "transformers" else "-"
             print(
                 f"| {engine.count_tokens(text)} | {name} | {t0:.1f} | {t:.1f} | {wall:.2f}x | {cpu:.2f}x | "
-                f"{memory} | {runs[name][-1][3][:40]!r} |",
+                f"{memory} | {base[-1][4]} / {runs[name][-1][4]} | {runs[name][-1][3][:40]!r} |",
                 flush=True,
             )
 

@@ -240,6 +240,7 @@ def _method_config(ctx: MethodContext, name: str) -> dict[str, Any]:
         "unit",
         "null_calibration",
         "lexical_weight",
+        "semantic_weight",
         "max_evidence",
         "cue_window",
         "decay",

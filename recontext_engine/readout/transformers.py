@@ -256,6 +256,10 @@ class TransformersBackend:
         config = self.model.config.get_text_config()
         return int(getattr(config, "max_position_embeddings", 0) or 0) or 1 << 30
 
+    def input_embeddings(self) -> torch.Tensor:
+        """The (vocab, dim) input-embedding matrix (for ``ReplayConfig.semantic_weight``)."""
+        return self.model.get_input_embeddings().weight.detach()
+
     @property
     def eos_ids(self) -> set[int]:
         """End-of-sequence token ids from the model's generation config."""

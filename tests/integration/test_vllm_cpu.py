@@ -72,6 +72,14 @@ def test_evidence_equals_the_transformers_backend(engine, vllm_engine, index):
         assert abs(a.score - b.score) < 1e-3 * max(1.0, abs(b.score))
 
 
+def test_the_input_embeddings_come_from_the_checkpoint_equal_to_the_transformers_models(engine, vllm_engine):
+    import torch
+
+    got = vllm_engine.input_embeddings
+    assert got is not None and got.dtype == torch.float32
+    assert torch.equal(got, engine.input_embeddings.cpu())
+
+
 def test_read_rows_equal_the_transformers_readout(engine, vllm_engine):
     document, question = case_document(0), CASES[0][1]
     config = CONFIG.with_options(rounds=1)

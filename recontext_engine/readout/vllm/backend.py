@@ -24,6 +24,8 @@ class ModelInfo:
 
     config: Any
     generation_config: Any
+    source: str | None = None  # the checkpoint (folder or hub id), for the input embeddings
+    revision: str | None = None
 
 
 @dataclass
@@ -76,10 +78,24 @@ class VLLMBackend:
         eos = eos if eos is not None else getattr(model.config, "eos_token_id", None)
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         self._installed = False
+        self._embeddings: torch.Tensor | None = None
         self._recent: OrderedDict[tuple, torch.Tensor] = OrderedDict()
         self.salted_reads = 0  # reads that needed the salted retry
         # (kind, prompt tokens, tokens vLLM took from its prefix cache) of the latest requests
         self.prefix_hits: deque[tuple[str, int, int]] = deque(maxlen=64)
+
+    def input_embeddings(self) -> torch.Tensor | None:
+        """The (vocab, dim) input embeddings (``ReplayConfig.semantic_weight``): the transformers
+        readout's, else read once from the checkpoint; None without either."""
+        if self.transformers_backend is not None:
+            return self.transformers_backend.input_embeddings()
+        if self._embeddings is None and self.model.source is not None:
+            from .embeddings import load_input_embeddings
+
+            self._embeddings = load_input_embeddings(
+                self.model.source, self.model.config, self.model.revision
+            )
+        return self._embeddings
 
     @property
     def window(self) -> int:

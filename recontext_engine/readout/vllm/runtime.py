@@ -98,7 +98,7 @@ def create_vllm_runtime(model: str | None, **options: Any) -> Runtime:
     llm = vllm.LLM(**args)
     backend = VLLMBackend(
         llm,
-        ModelInfo(config, generation_config),
+        ModelInfo(config, generation_config, folder, ours.get("revision")),
         readout=readout,
         transformers_backend=readout_backend,
         sampling_params=vllm.SamplingParams,
