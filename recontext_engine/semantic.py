@@ -38,8 +38,9 @@ def embedding_scores(
     query = torch.as_tensor(query_ids, dtype=torch.long)
     vocab, position_word = torch.unique(ids, return_inverse=True)  # gather each distinct token once
     rows = torch.cat([query, vocab]).to(embeddings.device)
-    vectors = torch.nn.functional.normalize(embeddings[rows].float(), dim=-1).cpu()
-    similarity = vectors[: len(query)] @ vectors[len(query) :].T  # (query tokens, distinct tokens)
+    vectors = torch.nn.functional.normalize(embeddings[rows].float(), dim=-1)
+    # (query tokens, distinct tokens), computed where the embeddings are
+    similarity = (vectors[: len(query)] @ vectors[len(query) :].T).cpu()
     per_position = similarity[:, position_word]  # (query tokens, context tokens)
     index = sentence.expand(len(query), -1)
     best = torch.full((len(query), num_sentences), -1.0).scatter_reduce(
