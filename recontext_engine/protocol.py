@@ -2,8 +2,10 @@
 
 A backend runs the model for the engine: it keeps a request's context (``prefill``), reads the cue
 attention rows of the selected heads (``read``) and generates (``generate``). Optional: ``read_branches``
-(several suffixes over one shared start in one pass), and ``crop(cache, length)`` together with
-``read(..., keep=True)`` (the read's tokens stay in the cache, so the generation goes on from them).
+(several suffixes over one shared start in one pass), ``crop(cache, length)`` together with
+``read(..., keep=True)`` (the read's tokens stay in the cache, so the generation goes on from them), and
+``input_embeddings()`` (the model's (vocab, dim) input embeddings, for ``ReplayConfig.semantic_weight``;
+without it selection runs without the semantic signal).
 Factories are registered as ``"module:function"`` strings, so a backend's dependencies (vLLM, say)
 are imported only when it is chosen.
 """
