@@ -167,6 +167,11 @@ class ReplayConfig:
     def pool_limit(self) -> int:
         return self.max_evidence if self.max_evidence is not None else max(1, self.rounds) * self.top_k
 
+    @property
+    def semantic_fusion_weight(self) -> float:
+        """The semantic signal's weight in the rank fusion (it is part of the lexical side)."""
+        return self.lexical_weight * self.semantic_weight
+
     def with_options(self, **changes: Any) -> ReplayConfig:
         """A copy with some fields changed (validated); unknown names are an error."""
         known = {f.name for f in fields(self)}

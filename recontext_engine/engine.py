@@ -17,13 +17,13 @@ from .errors import InputError, PromptTooLongError
 from .heads.headset import HeadSet
 from .heads.registry import HeadsArg, resolve_heads
 from .language import documents_language
-from .lexical import bm25_scores, connected_sentences, recursive_bm25_scores
+from .lexical import bm25_scores, connected_sentences
 from .prompt import NULL_QUESTION, Prefix, PromptBuilder, Suffix
 from .reads import RowCache, common_start, read_rows
 from .results import Evidence, ReplayResult, Usage
 from .scoring import Scorer, scorer_for
 from .scoring.evidence_cue import evidence_cue_scores
-from .semantic import embedding_scores
+from .semantic import EmbeddingIndex
 from .spans import check_text, document_sentences, normalize_documents
 
 
@@ -37,6 +37,7 @@ class _Request:
     cache: Any
     timings: dict[str, float] = field(default_factory=dict)
     kept: list[int] = field(default_factory=list)  # suffix ids a read pass left in the cache
+    embedding_index: EmbeddingIndex | None = None  # the context side of the semantic scores, once built
 
     @cached_property
     def sentence_texts(self) -> list[str]:
@@ -59,19 +60,19 @@ class _Request:
     def pooled(self, evidence: Sequence[Evidence]) -> list[int]:
         return [self.sentence_key[(e.doc_index, e.char_start, e.char_end)] for e in evidence]
 
-    def lexical(self, evidence: Sequence[Evidence] = ()) -> torch.Tensor | None:
-        """BM25 scores of the sentences (the question plus the connected pooled ones as query, see
-        :func:`~recontext_engine.lexical.recursive_bm25_scores`) when the hybrid selection asks."""
-        if self.config.unit != "sentence" or self.config.lexical_weight <= 0:
-            return None
-        return recursive_bm25_scores(
-            self.question, self.sentence_texts, self.pooled(evidence), self.language, self.question_scores
-        )
-
     def query(self, evidence: Sequence[Evidence] = ()) -> str:
-        """The question plus the pooled sentences connected to it (the recursive BM25 query)."""
+        """A round's query: the question plus the pooled sentences connected to it (see
+        :func:`~recontext_engine.lexical.connected_sentences`; later rounds find the next hop)."""
         related = connected_sentences(self.question_scores, self.pooled(evidence))
         return " ".join([self.question, *(self.sentence_texts[i] for i in related)])
+
+    def lexical(self, query: str) -> torch.Tensor | None:
+        """BM25 scores of the sentences against a round's ``query``, when the hybrid selection asks."""
+        if self.config.unit != "sentence" or self.config.lexical_weight <= 0:
+            return None
+        if query == self.question:
+            return self.question_scores
+        return bm25_scores(query, self.sentence_texts, self.language)
 
 
 EvidenceCallback = Callable[[list[Evidence]], None]
@@ -436,17 +437,17 @@ class ReContextEngine:
         get = getattr(self.backend, "input_embeddings", None)
         return get() if get is not None else None
 
-    def _semantic(self, request: _Request, evidence: Sequence[Evidence]) -> torch.Tensor | None:
-        """Embedding similarities of the sentences to the round's query, when the hybrid asks."""
-        config = request.config
-        wanted = config.unit == "sentence" and config.lexical_weight * config.semantic_weight > 0
-        if not wanted or self.input_embeddings is None:
+    def _semantic(self, request: _Request, query: str) -> torch.Tensor | None:
+        """Embedding similarities of the sentences to a round's ``query``, when the hybrid asks."""
+        config, prefix = request.config, request.prefix
+        if config.unit != "sentence" or config.semantic_fusion_weight <= 0 or self.input_embeddings is None:
             return None
-        query = self.tokenizer(" " + request.query(evidence), add_special_tokens=False)["input_ids"]
-        prefix = request.prefix
-        return embedding_scores(
-            query, prefix.ids, prefix.token_sentence, len(prefix.sentences), self.input_embeddings
-        )
+        if request.embedding_index is None:
+            request.embedding_index = EmbeddingIndex(
+                prefix.ids, prefix.token_sentence, len(prefix.sentences), self.input_embeddings
+            )
+        query_ids = self.tokenizer(" " + query, add_special_tokens=False)["input_ids"]
+        return request.embedding_index.scores(query_ids)
 
     def _select(self, request: _Request) -> list[Evidence]:
         config, prefix = request.config, request.prefix
@@ -459,16 +460,17 @@ class ReContextEngine:
         for round_index in range(1, config.rounds + 1):
             current = pool.arranged(read_order)
             scores, token_sentence = self._round_scores(request, current)
+            query = request.query(current)
             picks = select_sentences(
                 scores,
                 token_sentence,
                 config.top_k,
                 config.unit,
-                request.lexical(current),
+                request.lexical(query),
                 config.lexical_weight,
                 exclude=pool.sentence_ids(),
-                semantic=self._semantic(request, current),
-                semantic_weight=config.lexical_weight * config.semantic_weight,
+                semantic=self._semantic(request, query),
+                semantic_weight=config.semantic_fusion_weight,
             )
             for sentence_id, score in within_margin(picks, config.evidence_margin):
                 s = prefix.sentences[sentence_id]

@@ -12,6 +12,56 @@ from __future__ import annotations
 import torch
 
 
+class EmbeddingIndex:
+    """The context side of :func:`embedding_scores`, built once per request and scored per round's query.
+
+    Args:
+        context_ids: the context's token ids; ``token_sentence`` (same length) gives each one's
+            sentence id, -1 where none.
+        embeddings: the model's (vocab, dim) input embeddings (any dtype and device).
+    """
+
+    def __init__(
+        self,
+        context_ids: list[int],
+        token_sentence: torch.Tensor,
+        num_sentences: int,
+        embeddings: torch.Tensor,
+    ) -> None:
+        self.num_sentences = num_sentences
+        self.embeddings = embeddings
+        ids = torch.as_tensor(context_ids, dtype=torch.long)
+        sentence = token_sentence[: len(ids)]
+        inside = sentence >= 0
+        self.ids, self.sentence = ids[inside], sentence[inside]
+        # each distinct token is embedded once; ``position_word`` maps positions to them
+        self.vocab, self.position_word = torch.unique(self.ids, return_inverse=True)
+        self.vectors = _unit(embeddings, self.vocab)
+
+    def scores(self, query_ids: list[int]) -> torch.Tensor:
+        """(num_sentences,) idf-weighted mean, over the query's tokens, of each token's best cosine
+        similarity to a token of the sentence; zeros when the query or the context is empty."""
+        scores = torch.zeros(self.num_sentences)
+        if not query_ids or not len(self.ids):
+            return scores
+        query = torch.as_tensor(query_ids, dtype=torch.long)
+        # (query tokens, distinct tokens), computed where the embeddings are
+        similarity = (_unit(self.embeddings, query) @ self.vectors.T).cpu()
+        per_position = similarity[:, self.position_word]  # (query tokens, context tokens)
+        index = self.sentence.expand(len(query), -1)
+        best = torch.full((len(query), self.num_sentences), -1.0).scatter_reduce(
+            1, index, per_position, reduce="amax", include_self=True
+        )
+        # document frequency of each query token over the sentences (exact id matches)
+        present = torch.zeros(len(query), self.num_sentences).scatter_reduce(
+            1, index, (self.ids[None, :] == query[:, None]).float(), reduce="amax", include_self=True
+        )
+        idf = torch.log((self.num_sentences + 1) / (present.sum(dim=1) + 0.5)).clamp(min=0.0)
+        if float(idf.sum()) <= 0:
+            return scores
+        return (idf[:, None] * best).sum(dim=0) / idf.sum()
+
+
 def embedding_scores(
     query_ids: list[int],
     context_ids: list[int],
@@ -19,38 +69,10 @@ def embedding_scores(
     num_sentences: int,
     embeddings: torch.Tensor,
 ) -> torch.Tensor:
-    """(num_sentences,) idf-weighted mean, over the query's tokens, of each token's best cosine
-    similarity to a token of the sentence; zeros when the query is empty.
+    """One query's :meth:`EmbeddingIndex.scores` over one context."""
+    return EmbeddingIndex(context_ids, token_sentence, num_sentences, embeddings).scores(query_ids)
 
-    Args:
-        query_ids: the query's token ids.
-        context_ids: the context's token ids; ``token_sentence`` (same length) gives each one's
-            sentence id, -1 where none.
-        embeddings: the model's (vocab, dim) input embeddings (any dtype and device).
-    """
-    scores = torch.zeros(num_sentences)
-    ids = torch.as_tensor(context_ids, dtype=torch.long)
-    sentence = token_sentence[: len(ids)]
-    inside = sentence >= 0
-    if not query_ids or not bool(inside.any()):
-        return scores
-    ids, sentence = ids[inside], sentence[inside]
-    query = torch.as_tensor(query_ids, dtype=torch.long)
-    vocab, position_word = torch.unique(ids, return_inverse=True)  # gather each distinct token once
-    rows = torch.cat([query, vocab]).to(embeddings.device)
-    vectors = torch.nn.functional.normalize(embeddings[rows].float(), dim=-1)
-    # (query tokens, distinct tokens), computed where the embeddings are
-    similarity = (vectors[: len(query)] @ vectors[len(query) :].T).cpu()
-    per_position = similarity[:, position_word]  # (query tokens, context tokens)
-    index = sentence.expand(len(query), -1)
-    best = torch.full((len(query), num_sentences), -1.0).scatter_reduce(
-        1, index, per_position, reduce="amax", include_self=True
-    )
-    # document frequency of each query token over the sentences (exact id matches)
-    present = torch.zeros(len(query), num_sentences).scatter_reduce(
-        1, index, (ids[None, :] == query[:, None]).float(), reduce="amax", include_self=True
-    )
-    idf = torch.log((num_sentences + 1) / (present.sum(dim=1) + 0.5)).clamp(min=0.0)
-    if float(idf.sum()) <= 0:
-        return scores
-    return (idf[:, None] * best).sum(dim=0) / idf.sum()
+
+def _unit(embeddings: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Unit-length float32 embeddings of ``ids``, on the embeddings' device."""
+    return torch.nn.functional.normalize(embeddings[ids.to(embeddings.device)].float(), dim=-1)

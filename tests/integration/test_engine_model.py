@@ -84,13 +84,13 @@ def test_later_rounds_query_bm25_with_the_pooled_sentences_that_share_the_questi
         return Evidence(text, 0, start, start + len(text), 1.0, 1)
 
     hop1, hop2 = texts.index(body[5]), texts.index(body[20])
-    first = request.lexical()
-    fed = request.lexical([pooled(body[5]), pooled(body[0])])
+    first = request.lexical(request.query())
+    fed = request.lexical(request.query([pooled(body[5]), pooled(body[0])]))
     assert float(first[hop2]) == 0.0 < float(fed[hop2])
     ranked = [i for i in torch.argsort(fed, descending=True).tolist() if i != hop1]
     assert ranked[0] == hop2
     # The filler sentence shares no word with the question, so it does not steer the query.
-    assert torch.equal(fed, request.lexical([pooled(body[5])]))
+    assert request.query([pooled(body[5])]) == request.query([pooled(body[5]), pooled(body[0])])
 
 
 def test_answer_streams_the_same_text_and_reports_usage_and_timings(engine) -> None:

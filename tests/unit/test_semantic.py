@@ -10,7 +10,7 @@ import torch
 from recontext_engine import ReplayConfig
 from recontext_engine.controller import select_sentences
 from recontext_engine.errors import ReContextError
-from recontext_engine.semantic import embedding_scores
+from recontext_engine.semantic import EmbeddingIndex, embedding_scores
 
 # Token 1 and 2 are near synonyms, 3 and 4 are unrelated, 5 is everywhere (a common word).
 EMBEDDINGS = torch.tensor(
@@ -33,6 +33,12 @@ def test_an_empty_query_or_context_scores_zero() -> None:
     token_sentence = torch.tensor([0, 1])
     assert embedding_scores([], [1, 2], token_sentence, 2, EMBEDDINGS).tolist() == [0.0, 0.0]
     assert embedding_scores([1], [1, 2], torch.tensor([-1, -1]), 2, EMBEDDINGS).tolist() == [0.0, 0.0]
+
+
+def test_one_index_scores_each_round_query_against_the_same_context() -> None:
+    index = EmbeddingIndex([5, 3, 5, 2, 4], torch.tensor([0, 0, 1, 1, 2]), 3, EMBEDDINGS)
+    best = [int(index.scores(query).argmax()) for query in ([3], [1], [4], [3])]
+    assert best == [0, 1, 2, 0]  # token 1's synonym 2 is in sentence 1; a query leaves nothing behind
 
 
 def test_the_semantic_ranks_join_the_fusion_only_with_a_weight() -> None:
