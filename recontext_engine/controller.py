@@ -21,6 +21,7 @@ def select_sentences(
     exclude: Sequence[int] = (),
     semantic: torch.Tensor | None = None,
     semantic_weight: float = 0.0,
+    first_copy: torch.Tensor | None = None,
 ) -> list[tuple[int, float]]:
     """Pick sentences from per-position scores.
 
@@ -35,6 +36,9 @@ def select_sentences(
             and a positive ``semantic_weight`` their ranks join the fusion.
         exclude: sentence ids not to pick again (``unit="sentence"``: a later round brings new
             evidence instead of re-picking the pool; the paper's token rule only deduplicates).
+        first_copy: (num_sentences,) with ``unit="sentence"``, the id of the first sentence with
+            the same text as each (a log's repeated lines): of a text only the best-scored copy is
+            picked, and none when a copy is excluded, since a repeated line adds nothing.
 
     Returns:
         ``(sentence_id, score)`` pairs, best first, without duplicates.
@@ -64,8 +68,17 @@ def select_sentences(
         mass = reciprocal_ranks(mass) + sum(fused)
     present[list(exclude)] = False
     mass[~present] = float("-inf")
-    order = torch.argsort(mass, descending=True, stable=True)[: min(top_k, int(present.sum()))]
-    return [(int(s), float(mass[s])) for s in order]
+    order = torch.argsort(mass, descending=True, stable=True)[: int(present.sum())].tolist()
+    copy_of = first_copy.tolist() if first_copy is not None else list(range(num_sentences))
+    taken = {copy_of[s] for s in exclude}
+    picks: list[tuple[int, float]] = []
+    for s in order:
+        if len(picks) == top_k:
+            break
+        if copy_of[s] not in taken:
+            taken.add(copy_of[s])
+            picks.append((s, float(mass[s])))
+    return picks
 
 
 def within_margin(picks: list[tuple[int, float]], margin: float) -> list[tuple[int, float]]:

@@ -57,6 +57,13 @@ class _Request:
     def question_scores(self) -> torch.Tensor:
         return bm25_scores(self.question, self.sentence_texts, self.language)
 
+    @cached_property
+    def first_copy(self) -> torch.Tensor:
+        """Per sentence, the id of the first sentence with the same text (whitespace aside)."""
+        first: dict[str, int] = {}
+        texts = (" ".join(text.split()) for text in self.sentence_texts)
+        return torch.tensor([first.setdefault(text, i) for i, text in enumerate(texts)], dtype=torch.long)
+
     def pooled(self, evidence: Sequence[Evidence]) -> list[int]:
         return [self.sentence_key[(e.doc_index, e.char_start, e.char_end)] for e in evidence]
 
@@ -471,6 +478,7 @@ class ReContextEngine:
                 exclude=pool.sentence_ids(),
                 semantic=self._semantic(request, query),
                 semantic_weight=config.semantic_fusion_weight,
+                first_copy=request.first_copy,
             )
             for sentence_id, score in within_margin(picks, config.evidence_margin):
                 s = prefix.sentences[sentence_id]

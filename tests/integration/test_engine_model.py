@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,6 +92,16 @@ def test_later_rounds_query_bm25_with_the_pooled_sentences_that_share_the_questi
     assert ranked[0] == hop2
     # The filler sentence shares no word with the question, so it does not steer the query.
     assert request.query([pooled(body[5])]) == request.query([pooled(body[5]), pooled(body[0])])
+
+
+def test_a_line_the_log_repeats_is_replayed_once(engine) -> None:
+    # The cookbook's shipping log repeats "The harbour master noted a short squall in the afternoon."
+    # 13 times; the embedded model's heads rank those copies first among 280 sentences.
+    log = (Path(__file__).parents[2] / "cookbook" / "data" / "shipping_log.txt").read_text(encoding="utf-8")
+    evidence = engine.select_evidence(log, "What padlock code sealed the cold-storage hold of the Halcyon?")
+    texts = [e.text for e in evidence]
+    assert len(texts) == len(set(texts)) == ReplayConfig().pool_limit
+    assert any("padlock code 5816" in text for text in texts)
 
 
 def test_answer_streams_the_same_text_and_reports_usage_and_timings(engine) -> None:

@@ -257,6 +257,16 @@ def test_excluded_sentences_are_not_picked_again() -> None:
     assert select_sentences(scores, token_sentence, 9, "sentence", exclude=range(5)) == []
 
 
+def test_a_repeated_text_is_picked_once_and_not_at_all_when_the_pool_holds_a_copy() -> None:
+    scores = torch.tensor([0.9, 0.8, 0.7, 0.2, 0.1])
+    token_sentence = torch.tensor([0, 1, 2, 3, 4])
+    first_copy = torch.tensor([0, 0, 2, 0, 4])  # sentences 0, 1 and 3 read the same
+    picked = select_sentences(scores, token_sentence, 3, "sentence", first_copy=first_copy)
+    assert [s for s, _ in picked] == [0, 2, 4]  # the best copy, then the next distinct texts
+    later = select_sentences(scores, token_sentence, 3, "sentence", exclude=[3], first_copy=first_copy)
+    assert [s for s, _ in later] == [2, 4]
+
+
 def test_bm25_scores_rank_the_sentence_sharing_the_question_words() -> None:
     from recontext_engine.lexical import bm25_scores
 
