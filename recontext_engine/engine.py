@@ -73,9 +73,14 @@ class _Request:
         related = connected_sentences(self.question_scores, self.pooled(evidence))
         return " ".join([self.question, *(self.sentence_texts[i] for i in related)])
 
+    @property
+    def hybrid(self) -> bool:
+        """Whether the selection fuses the lexical side (BM25, the semantic signal) with attention."""
+        return self.config.unit == "sentence" and self.config.lexical_weight > 0
+
     def lexical(self, query: str) -> torch.Tensor | None:
         """BM25 scores of the sentences against a round's ``query``, when the hybrid selection asks."""
-        if self.config.unit != "sentence" or self.config.lexical_weight <= 0:
+        if not self.hybrid:
             return None
         if query == self.question:
             return self.question_scores
@@ -447,7 +452,7 @@ class ReContextEngine:
     def _semantic(self, request: _Request, query: str) -> torch.Tensor | None:
         """Embedding similarities of the sentences to a round's ``query``, when the hybrid asks."""
         config, prefix = request.config, request.prefix
-        if config.unit != "sentence" or config.semantic_fusion_weight <= 0 or self.input_embeddings is None:
+        if not request.hybrid or config.semantic_weight <= 0 or self.input_embeddings is None:
             return None
         if request.embedding_index is None:
             request.embedding_index = EmbeddingIndex(
@@ -467,7 +472,8 @@ class ReContextEngine:
         for round_index in range(1, config.rounds + 1):
             current = pool.arranged(read_order)
             scores, token_sentence = self._round_scores(request, current)
-            query = request.query(current)
+            # attention-only selection needs no query (nor the question's BM25 scores behind it)
+            query = request.query(current) if request.hybrid else request.question
             picks = select_sentences(
                 scores,
                 token_sentence,
