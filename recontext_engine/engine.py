@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .config import EXTENDING_ORDERS, ReplayConfig
+from .context_cache import ContextCache
 from .controller import EvidencePool, select_sentences, within_margin
 from .decoding import TextAssembler
 from .errors import InputError, PromptTooLongError
@@ -38,6 +39,7 @@ class _Request:
     timings: dict[str, float] = field(default_factory=dict)
     kept: list[int] = field(default_factory=list)  # suffix ids a read pass left in the cache
     embedding_index: EmbeddingIndex | None = None  # the context side of the semantic scores, once built
+    cached_tokens: int = 0  # prefix tokens whose KV came from the context cache
 
     @cached_property
     def sentence_texts(self) -> list[str]:
@@ -133,6 +135,10 @@ class ReContextEngine:
         self.prompts = PromptBuilder(tokenizer)
         # Round 1's null-question rows depend on the context only: later questions reuse them.
         self.row_cache: RowCache | None = RowCache()
+        # The last context's KV, for the next call on it (backends that crop; vLLM has its own prefix cache).
+        self.context_cache: ContextCache | None = (
+            ContextCache(backend.crop) if hasattr(backend, "crop") else None
+        )
         eos = (
             getattr(backend.model.generation_config, "eos_token_id", None)
             if hasattr(backend, "model")
@@ -207,7 +213,9 @@ class ReContextEngine:
     ) -> list[Evidence]:
         """The evidence ReContext would replay (no generation); with ``rounds=0``, none."""
         request = self._start(context, question, self._config(config, options))
-        return self._select(request)
+        evidence = self._select(request)
+        self._finish(request)
+        return evidence
 
     def answer(
         self,
@@ -299,6 +307,7 @@ class ReContextEngine:
         mass = torch.zeros(len(request.prefix.documents))
         valid = doc_of_token >= 0
         mass.index_add_(0, doc_of_token[valid], scores[valid])
+        self._finish(request)
         return mass.tolist()
 
     def chat(
@@ -359,9 +368,19 @@ class ReContextEngine:
             )
         timings = {"tokenize": time.perf_counter() - started}
         started = time.perf_counter()
-        cache = self.backend.prefill(prefix.ids)
+        taken = self.context_cache.take(prefix.ids) if self.context_cache is not None else None
+        if taken is None:
+            cache, cached = self.backend.prefill(prefix.ids), 0
+        else:
+            cache, cached = self.backend.prefill(prefix.ids[taken.shared :], taken.cache), taken.shared
         timings["prefill"] = time.perf_counter() - started
-        return _Request(prefix, question, config, cache, timings)
+        return _Request(prefix, question, config, cache, timings, cached_tokens=cached)
+
+    def _finish(self, request: _Request) -> None:
+        """The request is done with its cache: it goes to the context cache for the next call."""
+        if self.context_cache is not None and request.cache is not None:
+            self.context_cache.put(request.prefix.ids, request.cache)
+        request.cache = None
 
     def _scores(self, request: _Request, suffix: Suffix, rows: torch.Tensor) -> tuple:
         """Scores of candidate positions from one read pass's rows, and the sentence id of each candidate."""
@@ -551,11 +570,13 @@ class ReContextEngine:
         stream.result = ReplayResult(
             text=assembler.text,
             evidence=chosen,
-            usage=Usage(len(request.prefix.ids) + len(suffix_ids), produced, evidence_tokens),
+            usage=Usage(
+                len(request.prefix.ids) + len(suffix_ids), produced, evidence_tokens, request.cached_tokens
+            ),
             timings=request.timings,
             model=self.model_name,
             finish_reason=finish,
             documents=request.prefix.documents or None,
             question=request.question or None,
         )
-        request.cache = None
+        self._finish(request)

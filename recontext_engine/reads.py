@@ -53,9 +53,9 @@ class RowCache:
         return len(self._items)
 
 
-def common_start(sequences: Sequence[Sequence[int]]) -> int:
-    """Length of the longest common start of ``sequences``, leaving each at least one token of its own."""
-    limit = min(len(s) for s in sequences) - 1
+def common_start(sequences: Sequence[Sequence[int]], leave: int = 1) -> int:
+    """Length of the longest common start of ``sequences``, leaving each at least ``leave`` ids of its own."""
+    limit = min(len(s) for s in sequences) - leave
     n = 0
     while n < limit and all(s[n] == sequences[0][n] for s in sequences):
         n += 1

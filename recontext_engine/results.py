@@ -30,6 +30,7 @@ class Usage:
     input_tokens: int
     output_tokens: int
     evidence_tokens: int = 0
+    cached_tokens: int = 0  # input tokens whose KV a previous call on the same context had computed
 
     @property
     def total_tokens(self) -> int:

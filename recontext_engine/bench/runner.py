@@ -91,6 +91,9 @@ def run_case(ctx: MethodContext, case: BenchCase, method_name: str, device: str)
         "kind": method.kind,
         "answers": list(case.answers),
     }
+    if getattr(ctx.engine, "context_cache", None) is not None:
+        # every call pays its own prefill, as one question per context would (costs stay comparable)
+        ctx.engine.context_cache.clear()
     probe = PeakMemory(device)
     started = time.perf_counter()
     try:

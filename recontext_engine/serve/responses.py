@@ -23,12 +23,13 @@ def evidence_list(evidence: list[Evidence]) -> list[dict[str, Any]]:
     return [e.to_dict() for e in evidence]
 
 
-def usage_object(result: ReplayResult) -> dict[str, int]:
+def usage_object(result: ReplayResult) -> dict[str, Any]:
     usage = result.usage
     return {
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
     }
 
 

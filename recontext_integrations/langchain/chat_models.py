@@ -91,6 +91,7 @@ def _usage(result: ReplayResult) -> UsageMetadata:
         input_tokens=result.usage.input_tokens,
         output_tokens=result.usage.output_tokens,
         total_tokens=result.usage.total_tokens,
+        input_token_details={"cache_read": result.usage.cached_tokens},
     )
 
 

@@ -174,6 +174,14 @@ def test_invoke_metadata_and_evidence_provenance(reference: AIMessage, engine: A
 
 
 @pytest.mark.model
+def test_a_repeated_context_reports_its_cached_tokens(engine: Any) -> None:
+    model = ChatReContext(engine=engine, max_tokens=4)
+    model.invoke(MESSAGES)
+    usage = model.invoke(MESSAGES).usage_metadata
+    assert engine.count_tokens(CONTEXT) <= usage["input_token_details"]["cache_read"] < usage["input_tokens"]
+
+
+@pytest.mark.model
 def test_stream_concatenates_to_invoke(reference: AIMessage, engine: Any) -> None:
     chunks = list(ChatReContext(engine=engine, max_tokens=12).stream(MESSAGES))
     assert len(chunks) > 2 and chunks[-1].chunk_position == "last"
@@ -182,7 +190,9 @@ def test_stream_concatenates_to_invoke(reference: AIMessage, engine: Any) -> Non
     for chunk in chunks[1:]:
         full = full + chunk
     assert full.content == reference.content
-    assert full.usage_metadata == reference.usage_metadata
+    # the same counts; only the cached part differs (this call found the context in the context cache)
+    counts = ("input_tokens", "output_tokens", "total_tokens")
+    assert {k: full.usage_metadata[k] for k in counts} == {k: reference.usage_metadata[k] for k in counts}
     assert full.response_metadata["evidence"] == reference.response_metadata["evidence"]
 
 

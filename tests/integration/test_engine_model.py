@@ -104,6 +104,49 @@ def test_a_line_the_log_repeats_is_replayed_once(engine) -> None:
     assert any("padlock code 5816" in text for text in texts)
 
 
+def _count_prefills(engine, monkeypatch) -> list[int]:
+    """The number of ids each ``backend.prefill`` call computes, from now on."""
+    counts: list[int] = []
+    prefill = engine.backend.prefill
+
+    def counting(ids, cache=None):
+        counts.append(len(ids))
+        return prefill(ids, cache)
+
+    monkeypatch.setattr(engine.backend, "prefill", counting)
+    return counts
+
+
+def test_a_second_question_on_the_same_context_prefills_nothing(engine, monkeypatch) -> None:
+    document = planted_document(FACT, sentences=80, depth=0.4, seed=21)
+    prefilled = _count_prefills(engine, monkeypatch)
+    engine.context_cache.clear()
+    engine.answer(document, "Who checked the ferry?", SMALL)
+    second = engine.answer(document, QUESTION, SMALL)
+    engine.context_cache.clear()
+    fresh = engine.answer(document, QUESTION, SMALL)
+    assert prefilled[0] > 800 and prefilled[1] == 0 and prefilled[2] == prefilled[0]
+    assert second.usage.cached_tokens == prefilled[0] and fresh.usage.cached_tokens == 0
+    assert FACT in [e.text for e in second.evidence] and "4172" in second.text
+    assert second.text == fresh.text and second.evidence == fresh.evidence
+
+
+def test_a_grown_context_prefills_only_what_it_added(engine, monkeypatch) -> None:
+    # A chat's history, say: the same text with more after it; the fact is in the new part.
+    start = " ".join(filler(random.Random(22), 60))
+    grown = start + " " + planted_document(FACT, sentences=20, depth=0.5, seed=23)
+    prefilled = _count_prefills(engine, monkeypatch)
+    engine.context_cache.clear()
+    engine.select_evidence(start, QUESTION, SMALL)
+    evidence = engine.select_evidence(grown, QUESTION, SMALL)
+    added = engine.count_tokens(grown) - engine.count_tokens(start)
+    assert prefilled[1] <= added + 4 < prefilled[0]
+    assert FACT in [e.text for e in evidence]
+    engine.context_cache.clear()
+    fresh = engine.select_evidence(grown, QUESTION, SMALL)
+    assert [(e.text, e.round) for e in evidence] == [(e.text, e.round) for e in fresh]
+
+
 def test_answer_streams_the_same_text_and_reports_usage_and_timings(engine) -> None:
     document = planted_document(FACT, sentences=30, seed=3)
     result = engine.answer(document, QUESTION, SMALL)

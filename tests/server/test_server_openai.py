@@ -81,6 +81,14 @@ def test_stream_with_usage_matches_the_full_answer(client, answered) -> None:
     assert last.model_extra["replayed"] is True
 
 
+def test_a_repeated_context_reports_its_prompt_as_cached(client) -> None:
+    first = ask(client)
+    again = ask(client)
+    assert again.choices[0].message.content == first.choices[0].message.content
+    cached = again.usage.prompt_tokens_details.cached_tokens
+    assert again.usage.prompt_tokens / 2 < cached < again.usage.prompt_tokens  # the context, not the question
+
+
 def test_raw_stream_puts_evidence_in_the_last_chunk_before_done(server, answered) -> None:
     body = {"model": MODEL, "messages": [{"role": "user", "content": CASE.question}], "temperature": 0,
             "documents": CASE.documents, "stream": True}  # fmt: skip

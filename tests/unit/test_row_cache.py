@@ -15,6 +15,7 @@ def test_the_common_start_leaves_every_sequence_a_token_of_its_own() -> None:
     assert common_start([[1, 2, 3, 4], [1, 2, 5]]) == 2
     assert common_start([[1, 2, 3], [1, 2, 3, 4]]) == 2
     assert common_start([[7], [7]]) == 0
+    assert common_start([[1, 2], [1, 2, 3]], leave=0) == 2 and common_start([[], [1]], leave=0) == 0
 
 
 def test_keys_differ_by_prefix_suffix_heads_and_cue_window() -> None:

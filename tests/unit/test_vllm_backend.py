@@ -10,7 +10,7 @@ import importlib.util
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -696,7 +696,9 @@ def test_engine_on_the_vllm_backend_matches_transformers(engine, vllm_engine, ro
     got = vllm_engine.answer(CONTEXT, QUESTION, **options)
     assert got.text == want.text and got.text
     assert got.evidence == want.evidence
-    assert (got.usage, got.finish_reason) == (want.usage, want.finish_reason)
+    # cached_tokens aside: the transformers engine's context cache holds the context by the second call
+    assert replace(got.usage, cached_tokens=0) == replace(want.usage, cached_tokens=0)
+    assert got.finish_reason == want.finish_reason
     if rounds:
         assert got.evidence
 
