@@ -17,3 +17,18 @@ def engine():
     from recontext_engine import ReContextEngine
 
     return ReContextEngine.from_pretrained()
+
+
+@pytest.fixture
+def prefill_counts(engine, monkeypatch) -> list[int]:
+    """The number of ids each ``engine.backend.prefill`` call computes during the test (the context
+    cache's work shows here: a hit prefills only what the cached prefix lacks)."""
+    counts: list[int] = []
+    prefill = engine.backend.prefill
+
+    def counting(ids, cache=None):
+        counts.append(len(ids))
+        return prefill(ids, cache)
+
+    monkeypatch.setattr(engine.backend, "prefill", counting)
+    return counts

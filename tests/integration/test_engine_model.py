@@ -104,22 +104,9 @@ def test_a_line_the_log_repeats_is_replayed_once(engine) -> None:
     assert any("padlock code 5816" in text for text in texts)
 
 
-def _count_prefills(engine, monkeypatch) -> list[int]:
-    """The number of ids each ``backend.prefill`` call computes, from now on."""
-    counts: list[int] = []
-    prefill = engine.backend.prefill
-
-    def counting(ids, cache=None):
-        counts.append(len(ids))
-        return prefill(ids, cache)
-
-    monkeypatch.setattr(engine.backend, "prefill", counting)
-    return counts
-
-
-def test_a_second_question_on_the_same_context_prefills_nothing(engine, monkeypatch) -> None:
+def test_a_second_question_on_the_same_context_prefills_nothing(engine, prefill_counts) -> None:
     document = planted_document(FACT, sentences=80, depth=0.4, seed=21)
-    prefilled = _count_prefills(engine, monkeypatch)
+    prefilled = prefill_counts
     engine.context_cache.clear()
     engine.answer(document, "Who checked the ferry?", SMALL)
     second = engine.answer(document, QUESTION, SMALL)
@@ -131,11 +118,11 @@ def test_a_second_question_on_the_same_context_prefills_nothing(engine, monkeypa
     assert second.text == fresh.text and second.evidence == fresh.evidence
 
 
-def test_a_grown_context_prefills_only_what_it_added(engine, monkeypatch) -> None:
+def test_a_grown_context_prefills_only_what_it_added(engine, prefill_counts) -> None:
     # A chat's history, say: the same text with more after it; the fact is in the new part.
     start = " ".join(filler(random.Random(22), 60))
     grown = start + " " + planted_document(FACT, sentences=20, depth=0.5, seed=23)
-    prefilled = _count_prefills(engine, monkeypatch)
+    prefilled = prefill_counts
     engine.context_cache.clear()
     engine.select_evidence(start, QUESTION, SMALL)
     evidence = engine.select_evidence(grown, QUESTION, SMALL)
