@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
@@ -129,6 +130,12 @@ class ReplayConfig:
     )
 
     def __post_init__(self) -> None:
+        numbers = {
+            f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), float)
+        }
+        for name, value in numbers.items():
+            if not math.isfinite(value):
+                raise ReContextError(f"{name} must be a finite number, got {value}")
         checks: list[tuple[bool, str]] = [
             (0 <= self.rounds <= 8, f"rounds must be between 0 and 8, got {self.rounds}"),
             (1 <= self.top_k <= 512, f"top_k must be between 1 and 512, got {self.top_k}"),
@@ -147,6 +154,7 @@ class ReplayConfig:
             (self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}"),
             (self.temperature >= 0.0, f"temperature must be >= 0, got {self.temperature}"),
             (0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}"),
+            (-(2**63) <= self.seed < 2**64, f"seed must be a 64-bit integer, got {self.seed}"),
             (
                 0.0 <= self.evidence_margin < 1.0,
                 f"evidence_margin must be in [0, 1), got {self.evidence_margin}",

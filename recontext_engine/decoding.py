@@ -6,15 +6,19 @@ import torch
 
 from .config import ReplayConfig
 
+# Temperatures below this are greedy (as in vLLM): dividing by them overflows float32 logits.
+GREEDY_BELOW = 1e-5
+
 
 def next_token(logits: torch.Tensor, config: ReplayConfig, generator: torch.Generator | None) -> int:
     """Greedy at temperature 0, else temperature + nucleus (top-p) sampling. ``logits``: (vocab,)."""
-    if config.temperature == 0.0:
+    if config.temperature < GREEDY_BELOW:
         return int(torch.argmax(logits))
     probs = torch.softmax(logits.float() / config.temperature, dim=-1)
     if config.top_p < 1.0:
         sorted_probs, order = torch.sort(probs, descending=True)
         keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < config.top_p
+        keep[0] = True  # the likeliest token always stays, however small top_p is
         probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
     return int(torch.multinomial(probs, 1, generator=generator))
 

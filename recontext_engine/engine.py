@@ -329,6 +329,7 @@ class ReContextEngine:
             raise InputError("messages are empty")
         for i, message in enumerate(messages):
             check_text(message.get("content", ""), f"message {i}")
+        self._check_size([m.get("content", "") for m in messages], "the messages")
         if self.prompts.has_chat_template:
             text = self.tokenizer.apply_chat_template(
                 list(messages), add_generation_prompt=True, tokenize=False
@@ -353,10 +354,36 @@ class ReContextEngine:
         config = config or self.default_config
         return config.with_options(**options) if options else config
 
+    @cached_property
+    def max_token_chars(self) -> int:
+        """The most characters one token stands for: the longest vocabulary entry (a byte-level entry
+        is at least as long as the text it decodes to)."""
+        return max((len(token) for token in self.tokenizer.get_vocab()), default=1)
+
+    def _check_size(self, texts: Sequence[str], what: str) -> None:
+        """Refuse text that cannot fit the window before any costly work on it (sentence splitting,
+        the full tokenization): first by its length in characters, then by a quick token count."""
+        chars = sum(len(t) for t in texts)
+        # Twice the longest token, for tokenizers whose normalizer drops characters.
+        if chars > 2 * self.max_token_chars * self.context_window:
+            raise PromptTooLongError(
+                f"{what} has {chars:,} characters, more than any {self.context_window}-token window holds; "
+                "shorten it or use a model with a longer window"
+            )
+        counts = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        # Tokenized apart, texts can take a token or two more than joined: never refuse on that.
+        tokens = sum(len(ids) for ids in counts) - 2 * len(texts)
+        if tokens > self.context_window:
+            raise PromptTooLongError(
+                f"{what} takes at least {tokens} tokens, over the model window of {self.context_window}; "
+                "shorten it or use a model with a longer window"
+            )
+
     def _start(self, context: str | Sequence[str], question: str, config: ReplayConfig) -> _Request:
         started = time.perf_counter()
         documents = normalize_documents(context)
         question = check_text(question, "question")
+        self._check_size([*documents, question], "the context and question")
         sentences = document_sentences(documents, config.max_sentence_chars, config.language)
         prefix = self.prompts.prefix(documents, sentences, config)
         question_ids = self.prompts.suffix(prefix, question, [], config).ids
@@ -566,7 +593,9 @@ class ReContextEngine:
             yield tail
         request.timings["generate"] = time.perf_counter() - started
         request.timings["total"] = sum(request.timings.values())
-        finish = "stop" if assembler.stopped or produced < config.max_new_tokens else "length"
+        # The backends stop at max_new_tokens or where the window ends, whichever comes first.
+        limit = min(config.max_new_tokens, self.context_window - len(request.prefix.ids) - len(suffix_ids))
+        finish = "stop" if assembler.stopped or produced < limit else "length"
         stream.result = ReplayResult(
             text=assembler.text,
             evidence=chosen,

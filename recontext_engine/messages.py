@@ -40,17 +40,32 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-# C0/C1 controls other than tab, newline and carriage return (what spans.check_text rejects).
+import re2
+
+
+@lru_cache(maxsize=128)
+def linear_regex(pattern: str) -> Any:
+    """``pattern`` compiled by RE2, whose matching time is linear in the text.
+
+    Every pattern here reads user text, and Python's backtracking ``re`` can take minutes on
+    crafted input (refine markers repeated a thousand times took 122 s). RE2 syntax is Python's
+    less backreferences and lookarounds; flags are inline (``(?s)``, ``(?m)``, ``(?i)``).
+    """
+    return re2.compile(pattern)
+
+
+# C0/C1 controls other than tab, newline and carriage return (what spans.check_text rejects);
+# a character class, linear in Python's re too.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-_DASH_LINE = re.compile(r"^[ \t]*-{3,}[ \t]*$", re.MULTILINE)
-_CONTEXT_LABEL = re.compile(r"^\s*Context:[ \t]*\n?", re.IGNORECASE)
-_ANSWER_TAIL = re.compile(r"\n[ \t]*(?:Answer|Response):[ \t]*$")
+_DASH_LINE = linear_regex(r"(?m)^[ \t]*-{3,}[ \t]*$")
+_CONTEXT_LABEL = linear_regex(r"(?i)^\s*Context:[ \t]*\n?")
+_ANSWER_TAIL = linear_regex(r"\n[ \t]*(?:Answer|Response):[ \t]*$")
 _CONTEXT_NOUN = r"(?:context|documents?|sources?|information|excerpts?|passages?|snippets?|notes)"
-_INTRO_LINE = re.compile(rf"^[^\n]*\b{_CONTEXT_NOUN}\b[^\n]*:[ \t]*$", re.IGNORECASE | re.MULTILINE)
-_LABEL_LINE = re.compile(r"^[ \t]*Context:[ \t]*", re.IGNORECASE | re.MULTILINE)
-_INSTRUCTION_LINE = re.compile(r"^[ \t]*Instructions?:", re.MULTILINE)
-_LEAD_PARAGRAPH = re.compile(
-    rf"\b(?:following|below)\b[^\n]*\b{_CONTEXT_NOUN}\b|\b{_CONTEXT_NOUN}\b[^\n]*\bbelow\b", re.IGNORECASE
+_INTRO_LINE = linear_regex(rf"(?im)^[^\n]*\b{_CONTEXT_NOUN}\b[^\n]*:[ \t]*$")
+_LABEL_LINE = linear_regex(r"(?im)^[ \t]*Context:[ \t]*")
+_INSTRUCTION_LINE = linear_regex(r"(?m)^[ \t]*Instructions?:")
+_LEAD_PARAGRAPH = linear_regex(
+    rf"(?i)\b(?:following|below)\b[^\n]*\b{_CONTEXT_NOUN}\b|\b{_CONTEXT_NOUN}\b[^\n]*\bbelow\b"
 )
 DEFAULT_QUESTION_MARKER = "Question:"
 HISTORY_ROLES = frozenset({"user", "assistant", "tool"})
@@ -72,14 +87,29 @@ class MessageSplit:
         return bool(self.documents and self.question)
 
 
+def _compiled(regex: str) -> Any:
+    """A template regex, ``.`` matching newlines."""
+    return linear_regex("(?s)" + regex)
+
+
 @dataclass(frozen=True)
 class SplitPattern:
-    """One known prompt template: ``regex`` (matched with ``re.DOTALL``) has ``context`` and ``question``
-    groups; other named groups may appear in ``question_format`` (e.g. refine's existing answer)."""
+    """One known prompt template: ``regex`` (RE2 syntax, matched in linear time with ``.`` matching
+    newlines) has ``context`` and ``question`` groups; other named groups may appear in
+    ``question_format`` (e.g. refine's existing answer)."""
 
     name: str
     regex: str
     question_format: str = "{question}"
+
+    def __post_init__(self) -> None:
+        try:
+            _compiled(self.regex)
+        except re2.error as exc:
+            raise ValueError(
+                f"split pattern {self.name!r} is not an RE2 regex ({exc}); RE2 is Python's syntax "
+                "less backreferences and lookarounds"
+            ) from None
 
     @classmethod
     def from_markers(cls, name: str, context_marker: str, question_marker: str) -> SplitPattern:
@@ -151,36 +181,33 @@ def content_text(content: Any) -> str:
     )
 
 
-@lru_cache(maxsize=64)
-def _compiled(regex: str) -> re.Pattern[str]:
-    return re.compile(regex, re.DOTALL)
-
-
 def _markers(question_marker: str | Sequence[str] | None) -> tuple[str, ...]:
     if not question_marker:
         return ()
     return (question_marker,) if isinstance(question_marker, str) else tuple(question_marker)
 
 
-def _marker_lines(text: str, markers: Sequence[str]) -> list[re.Match[str]]:
-    alternatives = "|".join(re.escape(m) for m in markers)
-    return list(re.finditer(rf"^[ \t]*(?:{alternatives})", text, flags=re.MULTILINE))
+def _marker_lines(text: str, markers: Sequence[str]) -> list[Any]:
+    alternatives = "|".join(re2.escape(m) for m in markers)
+    return list(linear_regex(rf"(?m)^[ \t]*(?:{alternatives})").finditer(text))
 
 
 def _strip_answer(text: str) -> str:
     return _ANSWER_TAIL.sub("", text.rstrip()).strip()
 
 
-def _by_pattern(text: str, patterns: Sequence[SplitPattern]) -> PromptSplit | None:
+def _by_pattern(text: str, patterns: Sequence[SplitPattern]) -> tuple[bool, PromptSplit | None]:
+    """Whether a known template matched, and its split (None when its context or question is empty)."""
     for pattern in patterns:
         match = _compiled(pattern.regex).match(text)
         if match is None:
             continue
         groups = {k: (v or "").strip() for k, v in match.groupdict().items()}
         if not (groups.get("context") and groups.get("question")):
-            return None
-        return PromptSplit(groups["context"], pattern.question_format.format(**groups).strip(), pattern.name)
-    return None
+            return True, None
+        question = pattern.question_format.format(**groups).strip()
+        return True, PromptSplit(groups["context"], question, pattern.name)
+    return False, None
 
 
 def _delimited(text: str, markers: Sequence[str]) -> PromptSplit | None:
@@ -202,12 +229,12 @@ def _delimited(text: str, markers: Sequence[str]) -> PromptSplit | None:
 def _question_first(text: str, markers: Sequence[str]) -> PromptSplit | None:
     if _CONTEXT_LABEL.match(text):
         return None  # it starts with its context
-    for marker in _marker_lines(text, markers):
-        label = _LABEL_LINE.search(text, marker.end())
-        if label is not None:
-            break
-    else:
+    found = _marker_lines(text, markers)
+    # The first marker with a Context: line after it; a later marker cannot have one if it has not.
+    label = _LABEL_LINE.search(text, found[0].end()) if found else None
+    if label is None:
         return None
+    marker = found[0]
     question = text[marker.end() : label.start()].strip()
     context = _strip_answer(text[label.end() :])
     if not (question and context):
@@ -237,8 +264,8 @@ def split_prompt(
     An empty context or question (e.g. a text-QA prompt with nothing retrieved) is no split.
     """
     text = clean_text(text)
-    split = _by_pattern(text, patterns)
-    if split is not None or any(_compiled(p.regex).match(text) for p in patterns):
+    matched, split = _by_pattern(text, patterns)
+    if matched:
         return split
     markers = _markers(question_marker)
     if not markers:
@@ -262,7 +289,7 @@ def split_system(text: str) -> tuple[str, str]:
         stop = _INSTRUCTION_LINE.search(rest)
         context = (rest[: stop.start()] if stop else rest).strip()
         if context:
-            kept_intro = "" if intro.re is _LABEL_LINE else intro.group()
+            kept_intro = "" if _LABEL_LINE.match(intro.group()) else intro.group()
             return _join(text[: intro.start()], kept_intro, rest[stop.start() :] if stop else ""), context
     lead, sep, rest = text.strip().partition("\n\n")
     if sep and rest.strip() and _LEAD_PARAGRAPH.search(lead):

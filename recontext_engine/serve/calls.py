@@ -17,16 +17,25 @@ from ..engine import ReContextEngine, ReplayStream
 from ..errors import ReContextError
 from ..messages import chat_messages, clean_text, split_messages
 from .errors import APIError
-from .schemas import ChatCompletionRequest, EvidenceRequest, ReContextOptions
+from .schemas import ChatCompletionRequest, EvidenceRequest, ReContextOptions, unsupported
 
 StartStream = Callable[[], ReplayStream]
+# OpenAI's names of the request fields that map onto ReplayConfig fields.
+_OPENAI_NAMES = {"max_new_tokens": "max_completion_tokens", "temperature": "temperature", "top_p": "top_p"}
 
 
-def _config(defaults: ReplayConfig, options: dict[str, Any], param: str | None) -> ReplayConfig:
-    try:
-        return defaults.with_options(**{k: v for k, v in options.items() if v is not None})
-    except ReContextError as exc:
-        raise APIError.from_engine(exc, param) from None
+def _config(defaults: ReplayConfig, options: dict[str, Any], prefix: str = "") -> ReplayConfig:
+    """``defaults`` with ``options``; a value ReplayConfig refuses is a 400 naming the request field."""
+    config = defaults
+    for name, value in options.items():
+        if value is None:
+            continue
+        try:
+            config = config.with_options(**{name: value})
+        except ReContextError as exc:
+            param = prefix + _OPENAI_NAMES.get(name, name)
+            raise APIError(400, str(exc), param=param, code="invalid_value") from None
+    return config
 
 
 def _recontext_options(options: ReContextOptions | None) -> dict[str, Any]:
@@ -35,45 +44,54 @@ def _recontext_options(options: ReContextOptions | None) -> dict[str, Any]:
 
 def chat_config(defaults: ReplayConfig, body: ChatCompletionRequest) -> ReplayConfig:
     """The request's ReplayConfig: sampling fields, then ``recontext`` (rounds, top_k)."""
-    if body.n not in (None, 1):
-        raise APIError(400, "Only n=1 is supported", param="n", code="invalid_value")
-    if body.tools:
-        raise APIError(400, "Tool calling is not supported by this server", param="tools")
+    error = unsupported(body)
+    if error is not None:
+        raise error
     stop = [body.stop] if isinstance(body.stop, str) else body.stop
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    temperature, top_p = body.temperature, body.top_p
+    if top_p == 0.0:  # OpenAI allows it: only the likeliest token is left, i.e. greedy decoding
+        temperature, top_p = 0.0, None
     sampling = {
-        "max_new_tokens": body.max_completion_tokens or body.max_tokens,
-        "temperature": body.temperature,
-        "top_p": body.top_p,
+        "max_new_tokens": max_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
         "stop": tuple(stop) if stop is not None else None,
         "seed": body.seed,
     }
-    config = _config(defaults, sampling, None)
-    return _config(config, _recontext_options(body.recontext), "recontext")
+    config = _config(defaults, sampling)
+    return _config(config, _recontext_options(body.recontext), "recontext.")
 
 
 def chat_call(engine: ReContextEngine, defaults: ReplayConfig, body: ChatCompletionRequest) -> StartStream:
-    """A function that starts the engine's stream (tokenize, prefill, select): run it in a worker thread."""
+    """A function that starts the engine's stream: run it in a worker thread.
+
+    Only the cheap checks run here, on the caller's thread (the server's event loop); finding the
+    context in the messages, tokenizing, prefill and selection run when the function is called.
+    """
     config = chat_config(defaults, body)
     messages = [m.plain() for m in body.messages]
-    split = split_messages(messages, documents=body.documents)
-    if body.documents is not None and not split.question:
+    last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    if body.documents is not None and not last_user.strip():
         raise APIError(
             400,
             "With documents, the question is the last user message, and it is missing or empty",
             param="messages",
         )
-    if split.replays:
-        if split.system:
-            config = config.with_options(system_prompt=split.system)
-        return lambda: engine.stream(split.documents, split.question, config)
-    plain = chat_messages(messages)
-    return lambda: engine.stream_chat(plain, config)
+
+    def start() -> ReplayStream:
+        split = split_messages(messages, documents=body.documents)
+        if not split.replays:
+            return engine.stream_chat(chat_messages(messages), config)
+        system = config.with_options(system_prompt=split.system) if split.system else config
+        return engine.stream(split.documents, split.question, system)
+
+    return start
 
 
 def evidence_call(
     engine: ReContextEngine, defaults: ReplayConfig, body: EvidenceRequest
 ) -> Callable[[], list[Any]]:
     """A function that selects evidence (no generation): run it in a worker thread."""
-    config = _config(defaults, _recontext_options(body.recontext), "recontext")
-    documents = [clean_text(d) for d in body.documents]
-    return lambda: engine.select_evidence(documents, body.question, config)
+    config = _config(defaults, _recontext_options(body.recontext), "recontext.")
+    return lambda: engine.select_evidence([clean_text(d) for d in body.documents], body.question, config)

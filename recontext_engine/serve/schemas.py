@@ -1,28 +1,36 @@
 """Request bodies of the OpenAI-compatible routes, and their parsing from the raw request bytes.
 
-Types are strict (``"0.5"`` is not a number, ``1`` is not a bool); unknown top-level fields that
-OpenAI clients send (``frequency_penalty``, ``user``, ...) are ignored. Parsing is done here, not by
-FastAPI, so every failure becomes one OpenAI error object naming the field.
+Types are strict (``"0.5"`` is not a number, ``1`` is not a bool) and every value the OpenAI API
+bounds is checked to OpenAI's range, under OpenAI's field name. A field OpenAI defines that this
+server does not honour is accepted only with its no-op value (``frequency_penalty: 0``,
+``logprobs: false``, ``tool_choice: "none"``, ...) and refused otherwise (:func:`unsupported`); a
+field OpenAI does not define is refused, as OpenAI refuses it ("Unrecognized request argument").
+Parsing is done here, not by FastAPI, so every failure becomes one OpenAI error object naming the field.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import APIError
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+INT64 = 2**63
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="forbid")
 
 
 class ChatMessage(_Strict):
     role: Role
     content: str = ""
+    name: str | None = None  # the participant's name: OpenAI's models may read it, ours do not need it
+    tool_call_id: str | None = None
+    tool_calls: list[Any] | None = None
+    refusal: str | None = None
 
     @field_validator("content", mode="plain")
     @classmethod
@@ -62,34 +70,100 @@ class StreamOptions(_Strict):
     include_usage: bool = False
 
 
+Penalty = Annotated[float | None, Field(ge=-2.0, le=2.0)]
+
+
 class ChatCompletionRequest(_Strict):
     messages: list[ChatMessage] = Field(min_length=1)
     model: str | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
     stop: str | list[str] | None = None
-    seed: int | None = None
-    n: int | None = None
+    seed: int | None = Field(None, ge=-INT64, lt=INT64)
+    n: int | None = Field(None, ge=1, le=128)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    tools: list[Any] | None = None
     documents: list[str] | None = None
     recontext: ReContextOptions | None = None
+    # OpenAI's fields this server accepts only with their no-op value (see ``unsupported``).
+    frequency_penalty: Penalty = None
+    presence_penalty: Penalty = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    logit_bias: dict[str, int] | None = None
+    response_format: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    functions: list[Any] | None = None
+    function_call: str | dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    reasoning_effort: str | None = None
+    # Accepted and without effect here: identifiers for the caller's own bookkeeping.
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
 
     @field_validator("stop", mode="plain")
     @classmethod
     def _stop(cls, value: Any) -> str | list[str] | None:
         if value is None or isinstance(value, str):
             return value
-        if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        if isinstance(value, list) and len(value) <= 4 and all(isinstance(s, str) for s in value):
             return value
-        raise ValueError("stop must be a string or a list of strings")
+        raise ValueError("stop must be a string or a list of at most 4 strings")
 
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+
+# Each field OpenAI defines that this server does not honour, and the values that change nothing.
+_NO_OP_VALUES: dict[str, tuple[Any, ...]] = {
+    "n": (1,),
+    "frequency_penalty": (0, 0.0),
+    "presence_penalty": (0, 0.0),
+    "logprobs": (False,),
+    "top_logprobs": (0,),
+    "logit_bias": ({},),
+    "response_format": ({"type": "text"},),
+    "tools": ([],),
+    "tool_choice": ("none",),
+    "parallel_tool_calls": (True, False),  # only means something with tools, which are refused
+    "functions": ([],),
+    "function_call": ("none",),
+    "modalities": (["text"],),
+    "store": (False,),
+    "service_tier": ("auto", "default"),
+}
+
+
+def unsupported(body: ChatCompletionRequest) -> APIError | None:
+    """The error for the first field this server does not honour set to a value that would matter."""
+    for name, no_ops in _NO_OP_VALUES.items():
+        value = getattr(body, name)
+        if value is not None and value not in no_ops:
+            allowed = " or ".join(repr(v) for v in no_ops)
+            return APIError(
+                400,
+                f"'{name}' is not supported by this server; leave it out or set it to {allowed}",
+                param=name,
+                code="unsupported_parameter",
+            )
+    for i, message in enumerate(body.messages):
+        if message.tool_calls:
+            return APIError(
+                400,
+                "Tool calls in messages are not supported by this server",
+                param=f"messages.{i}.tool_calls",
+                code="unsupported_parameter",
+            )
+    return None
 
 
 class EvidenceRequest(_Strict):
@@ -126,6 +200,10 @@ def _as_api_error(exc: ValidationError) -> APIError:
     if error["type"] == "model_type" and not error["loc"]:
         return APIError(400, "The request body must be a JSON object", code="invalid_json")
     param = ".".join(str(part) for part in error["loc"]) or None
+    if error["type"] == "extra_forbidden":
+        return APIError(
+            400, f"Unrecognized request argument supplied: {param}", param=param, code="unknown_parameter"
+        )
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "missing":
         message = "This field is required"

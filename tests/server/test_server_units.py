@@ -148,7 +148,81 @@ def test_request_fields_map_onto_the_replay_config() -> None:
     assert chat_config(ReplayConfig(max_new_tokens=50), body()).max_new_tokens == 50
     with pytest.raises(APIError) as raised:
         chat_config(ReplayConfig(), body(recontext={"top_k": 0}))
-    assert raised.value.status == 400 and raised.value.param == "recontext"
+    assert raised.value.status == 400 and raised.value.param == "recontext.top_k"
+    assert raised.value.code == "invalid_value"
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"temperature": 3}, "temperature"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"max_completion_tokens": 0}, "max_completion_tokens"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"seed": 2**63}, "seed"),
+        ({"n": 0}, "n"),
+        ({"frequency_penalty": 2.5}, "frequency_penalty"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"messages": [{"role": "user", "content": "Hi", "colour": "red"}]}, "messages.0.colour"),
+        ({"temprature": 0.5}, "temprature"),
+    ],
+)
+def test_values_outside_openais_ranges_and_unknown_fields_are_400s_naming_the_field(
+    fields: dict, param: str
+) -> None:
+    import json
+
+    raw = json.dumps({"messages": [{"role": "user", "content": "Hi"}], **fields}).encode()
+    with pytest.raises(APIError) as raised:
+        parse_body(raw, ChatCompletionRequest)
+    assert (raised.value.status, raised.value.param) == (400, param)
+    assert raised.value.code in ("invalid_value", "unknown_parameter")
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"n": 2}, "n"),
+        ({"frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"logprobs": True}, "logprobs"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"store": True}, "store"),
+        ({"messages": [{"role": "assistant", "tool_calls": [{"id": "1"}]}, {"role": "user", "content": "?"}]},
+         "messages.0.tool_calls"),
+    ],
+)  # fmt: skip
+def test_fields_the_server_does_not_honour_are_refused_unless_they_change_nothing(
+    fields: dict, param: str
+) -> None:
+    with pytest.raises(APIError) as raised:
+        chat_config(ReplayConfig(), body(**fields))
+    assert (raised.value.status, raised.value.param, raised.value.code) == (
+        400,
+        param,
+        "unsupported_parameter",
+    )
+    no_ops = {
+        "n": 1,
+        "frequency_penalty": 0,
+        "logprobs": False,
+        "response_format": {"type": "text"},
+        "tools": [],
+        "tool_choice": "none",
+        "store": False,
+        "user": "u-1",
+        "parallel_tool_calls": True,
+    }
+    chat_config(ReplayConfig(), body(**no_ops))  # fmt: skip
+
+
+def test_edge_values_map_to_what_the_engine_can_sample() -> None:
+    greedy = chat_config(ReplayConfig(), body(top_p=0.0, temperature=1.0))
+    assert (greedy.temperature, greedy.top_p) == (0.0, 1.0)
+    edge = chat_config(ReplayConfig(), body(temperature=1e-40, seed=2**63 - 1, top_p=1e-30))
+    assert (edge.temperature, edge.seed, edge.top_p) == (1e-40, 2**63 - 1, 1e-30)
 
 
 def test_content_parts_and_developer_role() -> None:

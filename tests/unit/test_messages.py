@@ -205,3 +205,41 @@ def test_chat_messages_merges_system_and_drops_empty() -> None:
 
 def test_no_user_message_means_plain_chat() -> None:
     assert split_messages([system("s"), {"role": "assistant", "content": "a"}]) == MessageSplit([], "", "s")
+
+
+# Repeated template markers made Python's backtracking regexes take minutes (122 s at 1,200 words).
+ADVERSARIAL_UNITS = [
+    "New Context:\n---\nQuery:\nOriginal Answer:\n",
+    "Context information is below.\n---\nQuestion:\n----------\n",
+    "The original query is as follows: \nWe have provided an existing answer:\n"
+    "We have the opportunity to refine\n",
+    "Question:\nContext:\n",
+    "context context below: ",
+    "-" * 40 + "\n",
+]
+
+
+def _split_all(text: str) -> None:
+    split_prompt(text)
+    split_system(text)
+    split_messages([{"role": "system", "content": text}, user(text)])
+
+
+@pytest.mark.parametrize("unit", ADVERSARIAL_UNITS, ids=range(len(ADVERSARIAL_UNITS)))
+def test_100_kb_of_repeated_markers_is_split_at_once(unit: str) -> None:
+    import multiprocessing
+
+    # In a forked process: a backtracking regex holds the GIL, so a thread could not be timed out.
+    worker = multiprocessing.get_context("fork").Process(
+        target=_split_all, args=(unit * (100_000 // len(unit)),)
+    )
+    worker.start()
+    worker.join(timeout=10)  # linear time: ~0.2 s here; the backtracking patterns: hours
+    hung = worker.is_alive()
+    worker.kill()
+    assert not hung and worker.exitcode == 0
+
+
+def test_a_split_pattern_outside_re2_syntax_is_refused_when_made() -> None:
+    with pytest.raises(ValueError, match="not an RE2 regex"):
+        SplitPattern("backref", r"(?P<context>a)(?P<question>\1)")

@@ -104,6 +104,11 @@ def test_documents_must_be_present_and_non_empty() -> None:
         {"top_p": 0.0},
         {"max_evidence": 0},
         {"evidence_order": "random"},
+        {"temperature": float("inf")},
+        {"top_p": float("nan")},
+        {"lexical_weight": float("inf")},
+        {"seed": 2**64},
+        {"seed": -(2**63) - 1},
     ],
 )
 def test_config_rejects_out_of_range_values(options) -> None:

@@ -1,0 +1,58 @@
+"""Input that cannot fit, and sampling values at the edge of their range, on a tiny random Llama:
+refused or answered at once, never a crash or a stall."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from recontext_engine import ReContextEngine, ReplayConfig
+from recontext_engine import engine as engine_module
+from recontext_engine.decoding import next_token
+from recontext_engine.errors import PromptTooLongError
+# The tiny engine and its documents (these fixtures shadow conftest's embedded-model engine here).
+from tests.unit.test_engine_hooks import CONFIG, QUESTION, documents, engine  # noqa: F401
+
+
+def test_text_that_cannot_fit_is_refused_before_sentence_splitting(
+    engine: ReContextEngine, monkeypatch  # noqa: F811
+) -> None:
+    def never(*args, **kwargs):
+        raise AssertionError("sentences were split for a context that cannot fit")
+
+    monkeypatch.setattr(engine_module, "document_sentences", never)
+    huge = "Question " * (engine.max_token_chars * engine.context_window)
+    with pytest.raises(PromptTooLongError, match="characters"):
+        engine.answer(huge, QUESTION, CONFIG)
+    # Under the character bound, but over the window in tokens (one word, one token here).
+    long = "Question " * (engine.context_window + 10)
+    with pytest.raises(PromptTooLongError, match="at least"):
+        engine.select_evidence(long, QUESTION, CONFIG)
+    with pytest.raises(PromptTooLongError):
+        engine.chat([{"role": "user", "content": long}], CONFIG)
+
+
+def test_a_generation_cut_by_the_window_finishes_with_length(
+    engine: ReContextEngine, documents: list[str]  # noqa: F811
+) -> None:
+    used = engine.answer(documents, QUESTION, CONFIG, rounds=0, max_new_tokens=1).usage.input_tokens
+    room = engine.context_window - used
+    config = CONFIG.with_options(rounds=0, max_new_tokens=room + 50)
+    eos = engine.eos_ids
+    engine.eos_ids = set()  # the random model must not end by itself before the window does
+    try:
+        result = engine.answer(documents, QUESTION, config)
+    finally:
+        engine.eos_ids = eos
+    assert result.usage.output_tokens == room
+    assert result.finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_p"), [(1e-40, 1.0), (1e-300, 1.0), (1e-6, 1e-50), (0.7, 1e-50), (2.0, 1e-9)]
+)
+def test_tiny_temperature_or_top_p_samples_the_likeliest_token(temperature: float, top_p: float) -> None:
+    logits = torch.tensor([1.0, 3.5, -2.0, 3.4])
+    config = ReplayConfig(temperature=temperature, top_p=top_p, seed=2**64 - 1)
+    generator = torch.Generator().manual_seed(config.seed)
+    assert next_token(logits, config, generator) == 1
