@@ -367,7 +367,7 @@ class ReContextEngine:
         # Twice the longest token, for tokenizers whose normalizer drops characters.
         if chars > 2 * self.max_token_chars * self.context_window:
             raise PromptTooLongError(
-                f"{what} has {chars:,} characters, more than any {self.context_window}-token window holds; "
+                f"{what} take {chars:,} characters, more than a {self.context_window}-token window holds; "
                 "shorten it or use a model with a longer window"
             )
         counts = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]

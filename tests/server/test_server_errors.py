@@ -115,8 +115,10 @@ def test_wrong_shapes_and_types_are_400_naming_the_field(http, body, param) -> N
     [
         ({"messages": USER, "recontext": {"rounds": 9}}, "rounds must be between 0 and 8"),
         ({"messages": USER, "recontext": {"top_k": 0}}, "top_k must be between 1 and 512"),
-        ({"messages": USER, "max_tokens": 0}, "max_new_tokens must be >= 1"),
-        ({"messages": USER, "top_p": 0}, "top_p must be in (0, 1]"),
+        ({"messages": USER, "max_tokens": 0}, "greater than or equal to 1"),
+        ({"messages": USER, "max_completion_tokens": 0}, "greater than or equal to 1"),
+        ({"messages": USER, "temperature": 3}, "less than or equal to 2"),
+        ({"messages": USER, "seed": 2**64}, "less than 9223372036854775808"),
         ({"messages": [{"role": "user", "content": " "}], "documents": CASE.documents}, "missing or empty"),
         (
             {"messages": [{"role": "system", "content": "Be brief."}], "documents": CASE.documents},
@@ -160,6 +162,26 @@ def test_prompt_over_the_window_is_context_length_exceeded(http, server) -> None
             extra_body={"documents": [LONG]},
         )  # fmt: skip
     assert raised.value.code == "context_length_exceeded"
+
+
+@pytest.mark.parametrize(
+    "unit",
+    ["New Context:\n---\nQuery:\nOriginal Answer:\n", "Context information is below.\n---\nQuestion:\n---\n"],
+)
+def test_100_kb_of_repeated_template_markers_is_refused_at_once(http, server, unit: str) -> None:
+    """Once 122 s of regex backtracking on the event loop: every other client waited."""
+    import threading
+
+    text = unit * (100_000 // len(unit))
+    answered: list[httpx.Response] = []
+    request = threading.Thread(
+        target=lambda: answered.append(chat(http, messages=[{"role": "user", "content": text}])), daemon=True
+    )
+    request.start()
+    assert server.health(timeout=5)["status"] == "ok"  # the event loop is free meanwhile
+    request.join(timeout=30)
+    assert answered, "the request did not finish within 30 s"
+    assert error_of(answered[0], 400)["code"] == "context_length_exceeded"
 
 
 def test_form_feeds_from_pdf_loaders_are_cleaned_not_refused(http) -> None:
