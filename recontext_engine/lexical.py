@@ -6,6 +6,7 @@ removed) and, in scripts written without spaces (Chinese, Japanese), overlapping
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from functools import lru_cache
@@ -62,6 +63,9 @@ def lexical_tokens(text: str, language: str = "en") -> list[str]:
 def bm25_scores(question: str, sentences: Sequence[str], language: str = "en") -> torch.Tensor:
     """(len(sentences),) BM25 scores (``bm25s`` over :func:`lexical_tokens`); zeros if nothing matches."""
     import bm25s
+
+    # bm25s sets its own logger to DEBUG on import, which overrides the application's log level.
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
 
     scores = torch.zeros(len(sentences))
     corpus = [lexical_tokens(s, language) for s in sentences]

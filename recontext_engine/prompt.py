@@ -14,7 +14,7 @@ import torch
 
 from .config import ReplayConfig
 from .results import Evidence
-from .spans import Sentence
+from .spans import Sentence, replay_text
 
 NULL_QUESTION = "N/A"
 
@@ -55,7 +55,8 @@ def render_evidence_block(texts: Sequence[str], config: ReplayConfig) -> str:
     """The evidence block as the prompt holds it: ``config.evidence_template`` with its first
     ``{evidence}`` replaced by the sentences (other braces are left alone)."""
     head, _, tail = config.evidence_template.partition("{evidence}")
-    return head + config.evidence_separator.join(texts) + tail
+    # A sentence wrapped over several lines is replayed on one line (its offsets stay exact).
+    return head + config.evidence_separator.join(replay_text(t) for t in texts) + tail
 
 
 def _map_tokens(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> torch.Tensor:
@@ -134,8 +135,9 @@ class PromptBuilder:
             for i, item in enumerate(evidence):
                 if i:
                     cursor += len(config.evidence_separator)
-                evidence_spans.append((cursor, cursor + len(item.text)))
-                cursor += len(item.text)
+                replayed = len(replay_text(item.text))  # as render_evidence_block writes it
+                evidence_spans.append((cursor, cursor + replayed))
+                cursor += replayed
             block = render_evidence_block([e.text for e in evidence], config)
             tail += block + "\n\n"
         tail += config.question_template.format(question=question)

@@ -1,18 +1,20 @@
 """Glue shared by the LangChain and LlamaIndex adapters (no framework imports here).
 
-The engine cache (one loaded model per settings, whichever adapter asks), the thread bridge that
-runs the synchronous engine under an event loop, the evidence payload of responses and events, and
-the plain-chat notice. The evidence block is rendered by the engine's own
-``recontext_engine.prompt.render_evidence_block``.
+The engine cache (one loaded model per settings, whichever adapter asks), the check of constructor
+arguments, the thread bridge that runs the synchronous engine under an event loop, the evidence
+payload of responses and events, and the plain-chat notice. The evidence block is rendered by the
+engine's own ``recontext_engine.prompt.render_evidence_block``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
+import difflib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -23,6 +25,16 @@ T = TypeVar("T")
 logger = logging.getLogger("recontext_integrations")
 # Name of the evidence event on both sides (LangChain custom event, LlamaIndex event class name).
 EVIDENCE_EVENT = "recontext_evidence"
+
+# Arguments that hosted-model clients take and a local model has no use for, and why.
+NOT_APPLICABLE = {
+    "timeout": "a local model sends no request, so there is no request timeout",
+    "max_retries": "a local model sends no request, so there is nothing to retry",
+    "api_key": "a local model needs no API key",
+    "base_url": "the model runs in this process; pass model= (a hub id, folder or .gguf path)",
+    "model_kwargs": "pass ReplayConfig options as replay_options={...}",
+    "additional_kwargs": "pass ReplayConfig options as replay_options={...}",
+}
 
 _ENGINES: dict[tuple, Any] = {}
 _LOCKS: dict[tuple, threading.Lock] = {}
@@ -47,6 +59,44 @@ def load_engine(model: str | None = None, *, heads: Any = "auto", device: str = 
         return _ENGINES[key]
 
 
+def renamed(options: Mapping[str, Any], aliases: Mapping[str, str]) -> dict[str, Any]:
+    """``options`` with each alias (``{"max_tokens": "max_new_tokens"}``) renamed to its setting."""
+    options = dict(options)
+    for alias, name in aliases.items():
+        if alias in options:
+            if name in options:
+                raise ValueError(f"{alias}= and {name}= are the same setting: pass one of them")
+            options[name] = options.pop(alias)
+    return options
+
+
+def checked_settings(data: Any, fields: Collection[str], aliases: Mapping[str, str]) -> Any:
+    """Constructor arguments with the aliases renamed; a ValueError names every unknown one.
+
+    Used as a pydantic ``mode="before"`` model validator, so a misspelled setting fails loudly
+    (with the closest field name) instead of being ignored.
+    """
+    if not isinstance(data, dict):
+        return data
+    data = renamed(data, aliases)
+    unknown = [name for name in data if name not in fields]
+    if unknown:
+        known = [*fields, *aliases]
+        raise ValueError("; ".join(_unknown_setting(name, known) for name in unknown))
+    return data
+
+
+def _unknown_setting(name: str, known: Collection[str]) -> str:
+    from recontext_engine.config import ReplayConfig  # here: importing the engine loads torch
+
+    if name in NOT_APPLICABLE:
+        return f"{name}= is not supported: {NOT_APPLICABLE[name]}"
+    if name in {f.name for f in dataclasses.fields(ReplayConfig)} and "replay_options" in known:
+        return f"{name} is a ReplayConfig option: pass replay_options={{{name!r}: ...}}"
+    closest = difflib.get_close_matches(name, list(known), n=1)
+    return f"unknown argument {name!r}" + (f"; did you mean {closest[0]!r}?" if closest else "")
+
+
 def evidence_payload(evidence: Sequence[Evidence], sources: Sequence[int] = ()) -> list[dict[str, Any]]:
     """Evidence as dicts; with ``sources`` (``MessageSplit.sources``) each names its ``message_index``."""
     items = []
@@ -63,6 +113,14 @@ class PlainChatNotice:
 
     def __init__(self) -> None:
         self._warned = False
+        self._lock = threading.Lock()
+
+    # A lock cannot be copied or pickled: a copy gets a fresh one (and keeps whether it warned).
+    def __getstate__(self) -> dict[str, Any]:
+        return {"warned": self._warned}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._warned = state["warned"]
         self._lock = threading.Lock()
 
     def __call__(self, owner: str, split: MessageSplit) -> None:

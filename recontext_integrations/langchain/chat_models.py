@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_core.callbacks import (
     AsyncCallbackManager,
@@ -29,6 +29,8 @@ from ..common import EVIDENCE_EVENT, PlainChatNotice, evidence_payload, iterate_
 from .selection import EngineSettings
 
 if TYPE_CHECKING:
+    from langchain_core.runnables import Runnable
+
     from recontext_engine import ReplayResult, ReplayStream
 
 # Same as recontext_engine.loading.EMBEDDED_NAME; repeated so tracing needs no torch import.
@@ -163,8 +165,24 @@ class ChatReContext(EngineSettings, BaseChatModel):
     ``stop``, ``replay_options`` for any other ``ReplayConfig`` field) can be overridden per call
     as keyword arguments or with ``.bind(...)``. Pass a loaded ``engine`` to share it; otherwise
     the model (``model=None``: the embedded SmolLM2-135M-Instruct) loads on first use, once per
-    process. Tool calling and structured output are not supported.
+    process. Tool calling and structured output are not supported yet (``bind_tools`` and
+    ``with_structured_output`` raise ``NotImplementedError``).
+
+    Unknown constructor arguments are an error, and so are those of hosted clients that mean
+    nothing for a local model (``timeout``, ``max_retries``). ``model_name=`` is ``model=``
+    (ChatOpenAI's name), ``max_new_tokens=`` is ``max_tokens=`` (the engine's). ``model_kwargs`` is
+    refused rather than forwarded: it would be a second name for ``replay_options``, with rules for
+    which one wins.
     """
+
+    setting_aliases: ClassVar[dict[str, str]] = {
+        **EngineSettings.setting_aliases,
+        "max_new_tokens": "max_tokens",  # the engine's name for it
+    }
+    option_fields: ClassVar[dict[str, str]] = {
+        **{config_name: name for name, config_name in _FORWARDED.items()},
+        "stop": "stop",
+    }
 
     max_tokens: int | None = 256
     temperature: float = 0.0
@@ -220,6 +238,20 @@ class ChatReContext(EngineSettings, BaseChatModel):
             params["ls_stop"] = list(stops)
         return params
 
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Runnable:
+        """Not supported yet: raises ``NotImplementedError``."""
+        raise NotImplementedError(
+            "ChatReContext does not support tool calling yet: the local model answers in plain text. "
+            "Use a tool-calling chat model for agents, with ReContextReplayer to give it the evidence."
+        )
+
+    def with_structured_output(self, schema: dict[str, Any] | type, **kwargs: Any) -> Runnable:
+        """Not supported yet: raises ``NotImplementedError``."""
+        raise NotImplementedError(
+            "ChatReContext does not support structured output yet: the local model answers in plain "
+            "text. Parse the text with an output parser, or use a model that supports it."
+        )
+
     def get_token_ids(self, text: str) -> list[int]:
         """Token ids from the served model's own tokenizer (offline)."""
         return list(self.get_engine().tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -253,7 +285,7 @@ class ChatReContext(EngineSettings, BaseChatModel):
                 f"ChatReContext serves one local model ({engine.model_name}); "
                 f"create another ChatReContext(model={model!r}) to use {model!r}"
             )
-        options = dict(self.replay_options)
+        options = {**self.replay_options, **kwargs.pop("replay_options", {})}
         for name, config_name in _FORWARDED.items():
             value = kwargs.pop(name, getattr(self, name))
             if value is not None:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_core.documents import Document
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from recontext_engine.messages import clean_text
 from recontext_engine.prompt import render_evidence_block
 
-from ..common import load_engine
+from ..common import checked_settings, load_engine
 
 if TYPE_CHECKING:
     from recontext_engine import Evidence, ReContextEngine, ReplayConfig
@@ -21,7 +21,16 @@ EVIDENCE_KIND = "recontext_evidence"
 
 
 class EngineSettings(BaseModel):
-    """Engine and replay settings shared by the chat model, the replayer and the compressor."""
+    """Engine and replay settings shared by the chat model, the replayer and the compressor.
+
+    Unknown constructor arguments are an error (naming the closest field); ``model_name=`` is
+    ``model=`` (ChatOpenAI's name). Copies share the ``engine``; one with an ``engine`` cannot be
+    pickled (build it with ``model=`` instead: the model then loads on first use).
+    """
+
+    setting_aliases: ClassVar[dict[str, str]] = {"model_name": "model"}
+    # ReplayConfig option -> the field that sets it (and would override it in replay_options).
+    option_fields: ClassVar[dict[str, str]] = {"rounds": "rounds", "top_k": "top_k"}
 
     engine: Any = Field(default=None, exclude=True)
     """A loaded ``ReContextEngine``; when set, ``model``, ``heads`` and ``device`` are unused."""
@@ -35,6 +44,39 @@ class EngineSettings(BaseModel):
     top_k: int | None = None
     replay_options: dict[str, Any] = Field(default_factory=dict)
     """Other ``ReplayConfig`` fields, e.g. ``{"max_evidence": 4, "unit": "token"}``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown_settings(cls, data: Any) -> Any:
+        return checked_settings(data, cls.model_fields, cls.setting_aliases)
+
+    @model_validator(mode="after")
+    def _check_replay_options(self) -> EngineSettings:
+        for option, field in self.option_fields.items():
+            if option in self.replay_options and getattr(self, field) is not None:
+                raise ValueError(
+                    f"replay_options[{option!r}] would be overridden by {field}={getattr(self, field)!r}: "
+                    f"set {field}= instead"
+                )
+        if self.replay_options:
+            from recontext_engine import ReplayConfig
+
+            ReplayConfig().with_options(**self.replay_options)  # ReContextError (a ValueError) on bad ones
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> EngineSettings:
+        memo = {} if memo is None else memo
+        if self.engine is not None:
+            memo[id(self.engine)] = self.engine  # a loaded model is shared, never duplicated
+        return super().__deepcopy__(memo)
+
+    def __getstate__(self) -> dict[Any, Any]:
+        if self.engine is not None:
+            raise TypeError(
+                f"a {type(self).__name__} built with engine= cannot be pickled (the engine is a loaded "
+                "model); build it with model=... instead, which loads the model on first use"
+            )
+        return super().__getstate__()
 
     def get_engine(self) -> ReContextEngine:
         """The injected engine, or the shared one for ``model``/``heads``/``device`` (loaded on first use)."""

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
+from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from recontext_engine import ReContextEngine
 
-from ..common import load_engine
+from ..common import checked_settings, load_engine
 
 
 class LocalEngine(BaseModel):
     """``model``/``heads``/``device`` fields, or a ready ``engine=``; the model loads on first use.
 
-    Components with the same settings share one loaded model (see ``common.load_engine``).
+    Components with the same settings share one loaded model (see ``common.load_engine``). Unknown
+    constructor arguments are an error (naming the closest field). Copies share an ``engine=``; a
+    component built with one cannot be pickled (build it with ``model=`` instead).
     """
+
+    setting_aliases: ClassVar[dict[str, str]] = {}
 
     model: str | None = Field(default=None, description="Hub id, local folder or .gguf; None = embedded.")
     heads: str | list[tuple[int, int]] = Field(
@@ -23,15 +27,34 @@ class LocalEngine(BaseModel):
     )
     device: str = Field(default="cpu", description="Torch device for a lazily loaded model.")
 
-    _engine: ReContextEngine | None = PrivateAttr(default=None)
+    _engine: ReContextEngine | None = PrivateAttr(default=None)  # only one passed as engine=
 
     def __init__(self, engine: ReContextEngine | None = None, **data: Any) -> None:
         super().__init__(**data)
         self._engine = engine
 
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown_settings(cls, data: Any) -> Any:
+        return checked_settings(data, cls.model_fields, cls.setting_aliases)
+
     @property
     def engine(self) -> ReContextEngine:
-        """The engine (loaded now if it is not yet)."""
-        if self._engine is None:
-            self._engine = load_engine(self.model, heads=self.heads, device=self.device)
-        return self._engine
+        """The ``engine=`` passed in, or the shared one for these settings (loaded on first use)."""
+        if self._engine is not None:
+            return self._engine
+        return load_engine(self.model, heads=self.heads, device=self.device)
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> LocalEngine:
+        memo = {} if memo is None else memo
+        if self._engine is not None:
+            memo[id(self._engine)] = self._engine  # a loaded model is shared, never duplicated
+        return super().__deepcopy__(memo)
+
+    def __getstate__(self) -> dict[Any, Any]:
+        if self._engine is not None:
+            raise TypeError(
+                f"a {type(self).__name__} built with engine= cannot be pickled (the engine is a loaded "
+                "model); build it with model=... instead, which loads the model on first use"
+            )
+        return super().__getstate__()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import fields
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -41,7 +41,7 @@ from recontext_engine.messages import (
     split_messages,
 )
 
-from ..common import PlainChatNotice, evidence_payload, iterate_in_thread
+from ..common import PlainChatNotice, evidence_payload, iterate_in_thread, renamed
 from .base import LocalEngine
 from .events import ReContextEvidenceEvent
 
@@ -74,13 +74,20 @@ class ReContextLLM(LocalEngine, CustomLLM):
     evidence is dispatched as a :class:`ReContextEvidenceEvent` before the first token; anything
     else by plain generation (a warning the first time). Keyword arguments of a call that name
     :class:`~recontext_engine.ReplayConfig` fields (``rounds=0``, ``top_k=4``, ``max_new_tokens=32``...)
-    override the settings for that call; other keyword arguments are ignored. ``additional_kwargs``
-    and ``raw`` hold ``replayed``, ``split_rule``, the evidence (each item with the
-    ``message_index`` it came from), usage and timings.
+    override the settings for that call; other keyword arguments are ignored. ``max_tokens`` (the
+    OpenAI name) is ``max_new_tokens``, in the constructor and in a call. ``context_window`` caps
+    the window reported in ``metadata`` (LlamaIndex packs prompts to fit it); the model's own is the
+    limit when it is smaller. ``additional_kwargs`` and ``raw`` hold ``replayed``, ``split_rule``,
+    the evidence (each item with the ``message_index`` it came from), usage and timings.
     """
+
+    setting_aliases: ClassVar[dict[str, str]] = {"max_tokens": "max_new_tokens"}
 
     max_new_tokens: int = Field(default=256, ge=1, description="Tokens to generate at most (num_output).")
     temperature: float = Field(default=0.0, ge=0.0, description="0 = greedy (deterministic).")
+    context_window: int | None = Field(
+        default=None, ge=1, description="Cap on metadata.context_window; None: the model's window."
+    )
     replay_options: dict[str, Any] = Field(
         default_factory=dict, description="Other ReplayConfig fields, e.g. {'rounds': 2, 'top_k': 4}."
     )
@@ -110,7 +117,7 @@ class ReContextLLM(LocalEngine, CustomLLM):
         """The model's own window and name; reading it loads the model if it is not loaded yet."""
         engine = self.engine
         return LLMMetadata(
-            context_window=engine.context_window,
+            context_window=min(engine.context_window, self.context_window or engine.context_window),
             num_output=self.max_new_tokens,
             is_chat_model=True,
             model_name=engine.model_name or str(self.model or ""),
@@ -125,6 +132,7 @@ class ReContextLLM(LocalEngine, CustomLLM):
             "max_new_tokens": self.max_new_tokens,
             "temperature": self.temperature,
         }
+        kwargs = renamed(kwargs, self.setting_aliases)
         options.update({k: v for k, v in kwargs.items() if k in _CONFIG_FIELDS})
         return engine.default_config.with_options(**options)
 

@@ -10,6 +10,7 @@ from recontext_engine import ReContextEngine, ReplayConfig
 from recontext_engine import engine as engine_module
 from recontext_engine.decoding import next_token
 from recontext_engine.errors import PromptTooLongError
+
 # The tiny engine and its documents (these fixtures shadow conftest's embedded-model engine here).
 from tests.unit.test_engine_hooks import CONFIG, QUESTION, documents, engine  # noqa: F401
 
