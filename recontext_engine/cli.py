@@ -26,6 +26,16 @@ def _read_text(path: str) -> str:
         ) from None
 
 
+def read_context_file(path: str) -> str:
+    """A ``--context`` file's text, checked as the engine checks context (one clear error for a
+    missing, non-UTF-8, empty file or one with a refused control character). Form feeds (page
+    breaks, as in /usr/share/common-licenses/LGPL-2.1), vertical tabs, NEL and U+2028/U+2029 are
+    whitespace and accepted."""
+    from .spans import check_text
+
+    return check_text(_read_text(path), f"context file {path}")
+
+
 def _html_target(path: str) -> Path:
     """Check that the evidence view can be written to ``path`` before the model runs."""
     file = Path(path)
@@ -81,7 +91,7 @@ def _run_ask(args: argparse.Namespace) -> int:
     from .engine import ReContextEngine
     from .spans import check_text
 
-    documents = [check_text(_read_text(path), f"context file {path}") for path in args.context]
+    documents = [read_context_file(path) for path in args.context]
     check_text(args.question, "question")
     html = _html_target(args.html) if args.html else None
     options = {

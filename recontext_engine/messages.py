@@ -28,19 +28,21 @@ and call :func:`split_messages`. It imports no framework. The rules, in order:
 5. ``"none"``: no context: plain chat, no replay.
 
 Documents are ordered by the message they came from; ``MessageSplit.sources`` gives that
-message's index (-1 for explicit documents). Control characters the engine rejects (form feeds
-from PDF loaders) become spaces first, on every side, by :func:`clean_text`.
+message's index (-1 for explicit documents). Control characters the engine refuses (NUL, ESC, C1,
+...) become spaces first, on every side, by :func:`clean_text`; form feeds from PDF loaders and the
+other whitespace controls are kept (the engine reads them as page and line breaks).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import re2
+
+from .spans import clean_control
 
 
 @lru_cache(maxsize=128)
@@ -54,9 +56,6 @@ def linear_regex(pattern: str) -> Any:
     return re2.compile(pattern)
 
 
-# C0/C1 controls other than tab, newline and carriage return (what spans.check_text rejects);
-# a character class, linear in Python's re too.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _DASH_LINE = linear_regex(r"(?m)^[ \t]*-{3,}[ \t]*$")
 _CONTEXT_LABEL = linear_regex(r"(?i)^\s*Context:[ \t]*\n?")
 _ANSWER_TAIL = linear_regex(r"\n[ \t]*(?:Answer|Response):[ \t]*$")
@@ -163,8 +162,12 @@ DEFAULT_SPLIT_PATTERNS: tuple[SplitPattern, ...] = (
 
 
 def clean_text(text: str) -> str:
-    """Control characters the engine rejects (form feeds from PDF loaders, ...) -> spaces, same length."""
-    return _CONTROL.sub(" ", text)
+    """Control characters the engine refuses (NUL, ESC, DEL, C1, ...) -> spaces, same length.
+
+    One rule with :func:`recontext_engine.spans.check_text` (``spans.REFUSED_CONTROL``): form
+    feeds from PDF loaders, vertical tabs, NEL and U+2028/U+2029 are whitespace the engine accepts
+    (page and line breaks for its segmentation), so they are kept as they are."""
+    return clean_control(text)
 
 
 def content_text(content: Any) -> str:

@@ -7,14 +7,27 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import sentencex
-
 from .errors import InputError
 from .language import detect_language
+from .segment import replay_text, split_sentences
 
-_LINE = re.compile(r"[^\n]+")
-# C0/C1 control characters other than tab, newline and carriage return.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+__all__ = [
+    "REFUSED_CONTROL",
+    "Sentence",
+    "check_text",
+    "clean_control",
+    "document_sentences",
+    "normalize_documents",
+    "replay_text",
+    "split_sentences",
+]
+
+# The one rule for control characters, shared by check_text (the engine, the CLI) and
+# messages.clean_text (the integrations, the server). Tab, LF, CR, vertical tab, form feed
+# (a page break), NEL (U+0085) and U+2028/U+2029 are whitespace: line and paragraph breaks for
+# the segmentation. Every other C0/C1 control (NUL, ESC, DEL, the C1 block, the file/group/record/
+# unit separators U+001C-U+001F) is refused. A character class: linear in Python's re.
+REFUSED_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -32,11 +45,17 @@ def check_text(text: object, what: str) -> str:
         raise InputError(f"{what} must be a string, got {type(text).__name__}")
     if not text.strip():
         raise InputError(f"{what} is empty")
-    bad = _CONTROL.search(text)
+    bad = REFUSED_CONTROL.search(text)
     if bad:
         name = unicodedata.name(bad.group(), f"U+{ord(bad.group()):04X}")
         raise InputError(f"{what} contains a control character ({name}) at offset {bad.start()}")
     return text
+
+
+def clean_control(text: str) -> str:
+    """``text`` with each refused control character replaced by a space: same length, same
+    offsets; the whitespace controls (form feeds from PDF loaders, ...) are kept as they are."""
+    return REFUSED_CONTROL.sub(" ", text)
 
 
 def normalize_documents(context: str | Sequence[str]) -> list[str]:
@@ -48,42 +67,6 @@ def normalize_documents(context: str | Sequence[str]) -> list[str]:
         check_text(doc, f"document {i}" if len(documents) > 1 else "context")
         for i, doc in enumerate(documents)
     ]
-
-
-def _stripped(text: str, start: int, end: int) -> tuple[int, int]:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
-
-
-def _cap(text: str, start: int, end: int, max_chars: int) -> list[tuple[int, int]]:
-    """Split an over-long span into pieces of at most ``max_chars``, at whitespace where possible."""
-    pieces = []
-    while end - start > max_chars:
-        cut = text.rfind(" ", start + max_chars // 2, start + max_chars)
-        cut = cut if cut > start else start + max_chars
-        pieces.append(_stripped(text, start, cut))
-        start = _stripped(text, cut, end)[0]
-    pieces.append((start, end))
-    return [p for p in pieces if p[1] > p[0]]
-
-
-def split_sentences(text: str, max_chars: int = 400, language: str = "en") -> list[tuple[int, int]]:
-    """Sentence ``(start, end)`` character offsets in ``text``, whitespace trimmed.
-
-    Lines are split first (lists, tables and key-value lines are one unit each), then
-    sentencex splits each line; spans longer than ``max_chars`` are cut at whitespace.
-    """
-    spans: list[tuple[int, int]] = []
-    for line in _LINE.finditer(text):
-        base = line.start()
-        for boundary in sentencex.get_sentence_boundaries(language, line.group()):
-            start, end = _stripped(text, base + boundary["start_index"], base + boundary["end_index"])
-            if end > start:
-                spans.extend(_cap(text, start, end, max_chars))
-    return spans
 
 
 def document_sentences(

@@ -35,9 +35,10 @@ def system(text: str) -> dict[str, str]:
 
 
 def test_clean_text_keeps_length_and_layout() -> None:
+    # One rule with spans.check_text: the form feed (a page break) is whitespace and stays.
     text = "page one\x0cpage two\ttab\nline\r\n\x00end\x7f"
     cleaned = clean_text(text)
-    assert len(cleaned) == len(text) and cleaned == "page one page two\ttab\nline\r\n end "
+    assert len(cleaned) == len(text) and cleaned == "page one\x0cpage two\ttab\nline\r\n end "
 
 
 def test_content_text_takes_text_blocks() -> None:
@@ -72,10 +73,12 @@ def test_question_first_ignores_question_lines_inside_a_leading_context() -> Non
     assert split is not None and split.pattern == "question_marker" and split.question == QUESTION
 
 
-def test_pdf_form_feeds_are_cleaned_on_the_way() -> None:
-    pdf = "Page 1 text. Bruno lives in Oslo.\x0cPage 2 text."
+def test_pdf_form_feeds_are_kept_as_page_breaks() -> None:
+    # One rule with spans.check_text: a form feed is whitespace (a page break) the engine accepts;
+    # only the refused controls (here NUL) become spaces.
+    pdf = "Page 1 text. Bruno lives in Oslo.\x0cPage 2 text.\x00"
     split = split_messages([user(f"Context: {pdf}\nQuestion: {QUESTION}")])
-    assert split.documents == [pdf.replace("\x0c", " ")]
+    assert split.documents == [pdf.replace("\x00", " ").strip()]
 
 
 @pytest.mark.parametrize(
@@ -156,8 +159,9 @@ def test_history_is_context_with_message_indices() -> None:
 
 
 def test_explicit_documents_win() -> None:
-    split = split_messages([user("earlier"), user("Question: where?")], documents=["A\x0c.", "B."])
-    assert split == MessageSplit(["A .", "B."], "Question: where?", None, "documents", (-1, -1))
+    split = split_messages([user("earlier"), user("Question: where?")], documents=["A\x0c\x1b.", "B."])
+    # The form feed (whitespace) stays, the refused ESC becomes a space: one rule with check_text.
+    assert split == MessageSplit(["A\x0c .", "B."], "Question: where?", None, "documents", (-1, -1))
 
 
 def test_question_marker_knobs() -> None:

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recontext_engine import ReContextError, ReplayConfig
+from recontext_engine.cli import read_context_file
 from recontext_engine.errors import InputError
+from recontext_engine.messages import clean_text
 from recontext_engine.prompt import _map_tokens, context_block
-from recontext_engine.spans import check_text, document_sentences, normalize_documents, split_sentences
+from recontext_engine.spans import (
+    REFUSED_CONTROL,
+    check_text,
+    document_sentences,
+    normalize_documents,
+    split_sentences,
+)
 
 
 def test_offsets_are_exact_on_accents_cjk_and_emoji() -> None:
@@ -80,6 +90,47 @@ def test_multi_document_block_offsets_slice_back() -> None:
 def test_bad_text_gets_one_clear_error(value, message: str) -> None:
     with pytest.raises(InputError, match=message):
         check_text(value, "context")
+
+
+@pytest.mark.parametrize("char", ["\x0c", "\x0b", "\x85", "\u2028", "\u2029", "\t", "\r"])
+def test_whitespace_controls_are_accepted(char: str) -> None:
+    """Form feed (a page break), vertical tab, NEL and the Unicode line/paragraph separators are
+    whitespace: accepted as they are, and line or paragraph breaks for the segmentation."""
+    text = f"Page one ends here.{char}Page two starts here."
+    assert check_text(text, "context") == text
+    assert [text[a:b] for a, b in split_sentences(text)] == ["Page one ends here.", "Page two starts here."]
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x08", "\x1b", "\x1c", "\x1f", "\x7f", "\x84", "\x86", "\x9f"])
+def test_other_controls_are_refused_with_their_offset(char: str) -> None:
+    with pytest.raises(InputError, match=r"context contains a control character \(.+\) at offset 4"):
+        check_text(f"abcd{char}efg", "context")
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=150, deadline=None)
+def test_clean_text_follows_the_check_text_rule(text: str) -> None:
+    """One rule everywhere: clean_text (integrations, server) blanks exactly what check_text
+    (engine, CLI) refuses, so cleaned text always passes and offsets do not move."""
+    cleaned = clean_text(text)
+    assert len(cleaned) == len(text)
+    for before, after in zip(text, cleaned):
+        assert after == before or (REFUSED_CONTROL.match(before) and after == " ")
+    if cleaned.strip():
+        assert check_text(cleaned, "context") == cleaned
+
+
+def test_cli_reads_a_licence_with_form_feeds(tmp_path: Path) -> None:
+    """``recontext ask --context /usr/share/common-licenses/LGPL-2.1`` was refused (U+000C)."""
+    path = Path("/usr/share/common-licenses/LGPL-2.1")
+    if not path.is_file():
+        pytest.skip(f"{path} is not on this machine")
+    text = read_context_file(str(path))
+    assert "\x0c" in text and normalize_documents(text) == [text]
+    bad = tmp_path / "escape.txt"
+    bad.write_text("fine\x1b[31m red", encoding="utf-8")
+    with pytest.raises(InputError, match=r"escape.txt contains a control character \(U\+001B\) at offset 4"):
+        read_context_file(str(bad))
 
 
 def test_documents_must_be_present_and_non_empty() -> None:
