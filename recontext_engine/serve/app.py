@@ -11,16 +11,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.middleware import Middleware
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..config import ReplayConfig
 from ..engine import ReContextEngine
 from ..errors import ReContextError
 from .calls import chat_call, evidence_call
-from .errors import APIError, install_error_handlers
+from .errors import APIError, CatchUnexpected, install_error_handlers
+from .guards import BrowserGuard, require_json
+from .limits import BodyLimits, default_body_limit
+from .openapi import ERRORS, STREAMS, describe_models, json_body
 from .responses import DONE, Completion, evidence_list, sse
 from .schemas import ChatCompletionRequest, EvidenceRequest, parse_body
-from .worker import Cancelled, RequestTracker, ThreadedStream, run_in_worker
+from .worker import Cancelled, RequestTracker, ThreadedStream, run_tracked
 
 log = logging.getLogger("recontext.serve")
 CLIENT_CLOSED = 499  # nginx's status for a request whose client went away; nobody reads it
@@ -34,6 +39,10 @@ class ServerSettings:
     api_key: str | None = None
     defaults: ReplayConfig = field(default_factory=ReplayConfig)
     max_concurrency: int = 64  # worker threads: requests in flight at once; more wait their turn
+    max_body_bytes: int | None = None  # None: sized from the model's window (limits.default_body_limit)
+    request_timeout: float = 30.0  # seconds a request body may take to arrive (and its head, in the CLI)
+    allowed_hosts: tuple[str, ...] = ()  # Host names accepted besides loopback's; "*": any
+    allowed_origins: tuple[str, ...] = ()  # Origins accepted besides loopback's; "*": any; CORS for these
 
 
 def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) -> FastAPI:
@@ -48,10 +57,22 @@ def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) 
         tracker.cancel_all()
         executor.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="recontext", lifespan=lifespan)
+    # The docs pages load their scripts from a CDN; the OpenAPI document is served behind the key.
+    app = FastAPI(
+        title="recontext",
+        lifespan=lifespan,
+        middleware=_middleware(engine, settings),
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        responses=ERRORS,
+    )
     app.state.tracker = tracker
     install_error_handlers(app)
-    api = APIRouter(prefix="/v1", dependencies=[Depends(_authorizer(settings.api_key))])
+    authorize = Depends(_authorizer(settings.api_key))
+    api = APIRouter(prefix="/v1", dependencies=[authorize])
+    openapi = describe_models(app, [ChatCompletionRequest, EvidenceRequest])
+    takes_json = {"dependencies": [Depends(require_json)]}
 
     def check_model(name: str | None) -> None:
         if name is not None and name != settings.model_id:
@@ -61,6 +82,10 @@ def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) 
                 param="model",
                 code="model_not_found",
             )
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[authorize])
+    async def openapi_document() -> dict[str, Any]:
+        return openapi()
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -75,7 +100,9 @@ def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) 
         check_model(name)
         return _model_card(name)
 
-    @api.post("/chat/completions")
+    @api.post(
+        "/chat/completions", **takes_json, responses=STREAMS, openapi_extra=json_body(ChatCompletionRequest)
+    )
     async def chat_completions(request: Request) -> Response:
         body = parse_body(await request.body(), ChatCompletionRequest)
         check_model(body.model)
@@ -92,11 +119,15 @@ def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) 
         assert work.result is not None
         return JSONResponse(completion.full(work.result))
 
-    @api.post("/evidence")
+    @api.post("/evidence", **takes_json, openapi_extra=json_body(EvidenceRequest))
     async def evidence(request: Request) -> Response:
         body = parse_body(await request.body(), EvidenceRequest)
         check_model(body.model)
-        chosen = await run_in_worker(evidence_call(engine, settings.defaults, body), executor)
+        call = evidence_call(engine, settings.defaults, body)
+        try:
+            chosen = await run_tracked(call, executor, tracker, request.is_disconnected)
+        except Cancelled:
+            return Response(status_code=CLIENT_CLOSED)
         return JSONResponse(
             {"object": "evidence", "model": settings.model_id, "evidence": evidence_list(chosen)}
         )
@@ -144,6 +175,22 @@ async def _streamed(
 
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+
+def _middleware(engine: ReContextEngine, settings: ServerSettings) -> list[Middleware]:
+    """Outermost first: unexpected errors, then Host/Origin, CORS if asked, then body limits."""
+    hosts, origins = settings.allowed_hosts, settings.allowed_origins
+    # allow_headers "*": the OpenAI JS client sends its own x-stainless-* headers.
+    cors = Middleware(
+        CORSMiddleware, allow_origins=list(origins), allow_methods=["GET", "POST"], allow_headers=["*"]
+    )
+    max_bytes = settings.max_body_bytes or default_body_limit(engine.context_window)
+    return [
+        Middleware(CatchUnexpected),
+        Middleware(BrowserGuard, allowed_hosts=hosts, allowed_origins=origins),
+        *([cors] if origins else []),
+        Middleware(BodyLimits, max_bytes=max_bytes, timeout=settings.request_timeout),
+    ]
 
 
 def _model_card(name: str) -> dict[str, Any]:

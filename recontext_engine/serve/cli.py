@@ -14,6 +14,8 @@ import sys
 from ..errors import BackendUnavailableError, ReContextError
 
 API_KEY_ENV = "RECONTEXT_API_KEY"
+HOSTS_ENV = "RECONTEXT_ALLOWED_HOSTS"
+ORIGINS_ENV = "RECONTEXT_ALLOWED_ORIGINS"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,8 +48,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-concurrency", type=int, default=64, help="requests run at once (worker threads)"
     )
     parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=None,
+        help="largest request body, else 413 (default: 64 bytes a token of the model's window + 1 MiB)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a request's head, then its body, may take to arrive, else 408 (default 30)",
+    )
+    parser.add_argument(
+        "--allowed-hosts",
+        default=None,
+        help=f"comma-separated Host names accepted besides loopback's, '*' for any (default: ${HOSTS_ENV}; "
+        "else none when bound to loopback, any otherwise)",
+    )
+    parser.add_argument(
+        "--allowed-origins",
+        default=None,
+        help="comma-separated browser origins (https://app.example) accepted besides loopback's, and "
+        f"answered with CORS headers; '*' for any (default: ${ORIGINS_ENV}, else none)",
+    )
+    parser.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
+
+
+def _flag_or_env(flag: str | None, env: str) -> str | None:
+    return flag if flag is not None else os.environ.get(env)
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -71,6 +101,8 @@ def main(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .app import ServerSettings, create_app
+        from .guards import ANY, is_loopback, split_list
+        from .protocol import timed_protocol
     except ImportError as exc:
         raise BackendUnavailableError(
             f"recontext serve needs the 'serve' extra ({exc.name} is missing): pip install 'recontext[serve]'"
@@ -82,6 +114,14 @@ def main(args: argparse.Namespace) -> int:
     defaults = ReplayConfig().with_options(**{k: v for k, v in options.items() if v is not None})
     if args.max_concurrency < 1:
         raise ReContextError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
+    if args.max_body_bytes is not None and args.max_body_bytes < 1024:
+        raise ReContextError(f"--max-body-bytes must be >= 1024, got {args.max_body_bytes}")
+    if not args.request_timeout > 0:
+        raise ReContextError(f"--request-timeout must be > 0, got {args.request_timeout}")
+    hosts = split_list(_flag_or_env(args.allowed_hosts, HOSTS_ENV))
+    if not hosts and not is_loopback(args.host):
+        hosts = (ANY,)  # bound to a public address: DNS rebinding targets loopback servers only
+    origins = split_list(_flag_or_env(args.allowed_origins, ORIGINS_ENV))
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
     sock = _listen(args.host, args.port)
     engine = ReContextEngine.from_pretrained(
@@ -92,13 +132,20 @@ def main(args: argparse.Namespace) -> int:
         api_key=api_key,
         defaults=defaults,
         max_concurrency=args.max_concurrency,
+        max_body_bytes=args.max_body_bytes,
+        request_timeout=args.request_timeout,
+        allowed_hosts=hosts,
+        allowed_origins=origins,
     )
-    if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+    if api_key is None and not is_loopback(args.host):
         print(f"recontext serve: warning: listening on {args.host} with no --api-key", file=sys.stderr)
     host, port = sock.getsockname()[:2]
     print(f"recontext serve: {settings.model_id} on http://{host}:{port}/v1", file=sys.stderr, flush=True)
     config = uvicorn.Config(
-        create_app(engine, settings), log_level=args.log_level, timeout_graceful_shutdown=5
+        create_app(engine, settings),
+        http=timed_protocol(args.request_timeout),
+        log_level=args.log_level,
+        timeout_graceful_shutdown=5,
     )
     uvicorn.Server(config).run(sockets=[sock])
     return 0

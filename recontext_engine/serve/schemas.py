@@ -32,7 +32,7 @@ class ChatMessage(_Strict):
     tool_calls: list[Any] | None = None
     refusal: str | None = None
 
-    @field_validator("content", mode="plain")
+    @field_validator("content", mode="plain", json_schema_input_type=str | list[dict[str, str]] | None)
     @classmethod
     def _text(cls, value: Any) -> str:
         """A string, a list of ``{"type": "text", "text": ...}`` parts (joined by newlines) or null."""
@@ -62,8 +62,8 @@ class ReContextOptions(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
-    rounds: int | None = None
-    top_k: int | None = None
+    rounds: int | None = Field(None, ge=0, le=8)
+    top_k: int | None = Field(None, ge=1, le=512)
 
 
 class StreamOptions(_Strict):
@@ -109,7 +109,7 @@ class ChatCompletionRequest(_Strict):
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
 
-    @field_validator("stop", mode="plain")
+    @field_validator("stop", mode="plain", json_schema_input_type=str | list[str] | None)
     @classmethod
     def _stop(cls, value: Any) -> str | list[str] | None:
         if value is None or isinstance(value, str):

@@ -163,6 +163,44 @@ class ThreadedStream:
                 self.cancel()
 
 
-async def run_in_worker(function: Callable[[], Any], executor: Executor) -> Any:
-    """``function()`` in a worker thread (for calls that do not stream)."""
-    return await asyncio.get_running_loop().run_in_executor(executor, function)
+async def run_tracked(
+    function: Callable[[], Any],
+    executor: Executor,
+    tracker: RequestTracker,
+    disconnected: Callable[[], Awaitable[bool]] | None = None,
+) -> Any:
+    """``function()`` in a worker thread (a call that does not stream), counted by ``tracker``.
+
+    Raises :class:`Cancelled` when the client goes away or the server shuts down first: a call
+    still queued is skipped; a running one cannot be interrupted, so it finishes and its result is
+    dropped (counted cancelled).
+    """
+    cancel = threading.Event()
+    tracker.started(cancel)
+
+    def work() -> Any:
+        outcome = "failed"
+        try:
+            if cancel.is_set():
+                outcome = "cancelled"
+                raise Cancelled
+            result = function()
+            outcome = "cancelled" if cancel.is_set() else "completed"
+            return result
+        finally:
+            tracker.finished(cancel, outcome)
+
+    future = asyncio.get_running_loop().run_in_executor(executor, work)
+    try:
+        while not future.done():
+            await asyncio.wait({future}, timeout=POLL_SECONDS)
+            if not future.done() and disconnected is not None and await disconnected():
+                raise Cancelled
+        if cancel.is_set():  # set by tracker.cancel_all() while the call ran
+            raise Cancelled
+        return future.result()
+    finally:
+        if not future.done():
+            cancel.set()
+            # Nobody awaits it now: retrieve its outcome, so asyncio does not log it as lost.
+            future.add_done_callback(lambda done: done.cancelled() or done.exception())

@@ -20,7 +20,7 @@ from recontext_engine.results import Evidence, ReplayResult, Usage
 from recontext_engine.serve.calls import chat_config
 from recontext_engine.serve.errors import APIError
 from recontext_engine.serve.responses import Completion
-from recontext_engine.serve.schemas import ChatCompletionRequest, parse_body
+from recontext_engine.serve.schemas import ChatCompletionRequest, ReContextOptions, parse_body
 from recontext_engine.serve.worker import Cancelled, RequestTracker, ThreadedStream
 
 from .conftest import ROOT
@@ -147,7 +147,10 @@ def test_request_fields_map_onto_the_replay_config() -> None:
     assert (config.rounds, config.top_k) == (1, 4)
     assert chat_config(ReplayConfig(max_new_tokens=50), body()).max_new_tokens == 50
     with pytest.raises(APIError) as raised:
-        chat_config(ReplayConfig(), body(recontext={"top_k": 0}))
+        # the schema refuses it first; ReplayConfig's own check still names the field
+        chat_config(
+            ReplayConfig(), body().model_copy(update={"recontext": ReContextOptions.model_construct(top_k=0)})
+        )
     assert raised.value.status == 400 and raised.value.param == "recontext.top_k"
     assert raised.value.code == "invalid_value"
 
