@@ -185,3 +185,20 @@ async def iterate_in_thread(
     finally:
         cancelled.set()
         await worker
+
+
+def shared_engine_memo(engine: Any, memo: dict[int, Any] | None) -> dict[int, Any]:
+    """A ``deepcopy`` memo under which a loaded ``engine`` is shared by the copy, never duplicated."""
+    memo = {} if memo is None else memo
+    if engine is not None:
+        memo[id(engine)] = engine
+    return memo
+
+
+def refuse_pickling_an_engine(owner: object, engine: Any) -> None:
+    """A component built with ``engine=`` holds a loaded model, which does not pickle: say what to do."""
+    if engine is not None:
+        raise TypeError(
+            f"a {type(owner).__name__} built with engine= cannot be pickled (the engine is a loaded "
+            "model); build it with model=... instead, which loads the model on first use"
+        )

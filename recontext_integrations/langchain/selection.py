@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, model_validator
 from recontext_engine.messages import clean_text
 from recontext_engine.prompt import render_evidence_block
 
-from ..common import checked_settings, load_engine
+from ..common import checked_settings, load_engine, refuse_pickling_an_engine, shared_engine_memo
 
 if TYPE_CHECKING:
     from recontext_engine import Evidence, ReContextEngine, ReplayConfig
@@ -65,17 +65,10 @@ class EngineSettings(BaseModel):
         return self
 
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> EngineSettings:
-        memo = {} if memo is None else memo
-        if self.engine is not None:
-            memo[id(self.engine)] = self.engine  # a loaded model is shared, never duplicated
-        return super().__deepcopy__(memo)
+        return super().__deepcopy__(shared_engine_memo(self.engine, memo))
 
     def __getstate__(self) -> dict[Any, Any]:
-        if self.engine is not None:
-            raise TypeError(
-                f"a {type(self).__name__} built with engine= cannot be pickled (the engine is a loaded "
-                "model); build it with model=... instead, which loads the model on first use"
-            )
+        refuse_pickling_an_engine(self, self.engine)
         return super().__getstate__()
 
     def get_engine(self) -> ReContextEngine:

@@ -8,7 +8,7 @@ from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr, mode
 
 from recontext_engine import ReContextEngine
 
-from ..common import checked_settings, load_engine
+from ..common import checked_settings, load_engine, refuse_pickling_an_engine, shared_engine_memo
 
 
 class LocalEngine(BaseModel):
@@ -46,15 +46,8 @@ class LocalEngine(BaseModel):
         return load_engine(self.model, heads=self.heads, device=self.device)
 
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> LocalEngine:
-        memo = {} if memo is None else memo
-        if self._engine is not None:
-            memo[id(self._engine)] = self._engine  # a loaded model is shared, never duplicated
-        return super().__deepcopy__(memo)
+        return super().__deepcopy__(shared_engine_memo(self._engine, memo))
 
     def __getstate__(self) -> dict[Any, Any]:
-        if self._engine is not None:
-            raise TypeError(
-                f"a {type(self).__name__} built with engine= cannot be pickled (the engine is a loaded "
-                "model); build it with model=... instead, which loads the model on first use"
-            )
+        refuse_pickling_an_engine(self, self._engine)
         return super().__getstate__()
