@@ -33,16 +33,25 @@ def _tokenizer() -> transformers.PreTrainedTokenizerFast:
     )
 
 
-@pytest.fixture(scope="module")
-def engine() -> ReContextEngine:
+def tiny_engine() -> ReContextEngine:
+    """An engine over a tiny random Llama (a 512-token window) with a word-level tokenizer."""
     backend = TransformersBackend(tiny_model("llama"), prefill_chunk=32)
     return ReContextEngine(backend, _tokenizer(), HeadSet(((1, 0), (2, 1))), model_name="tiny")
 
 
-@pytest.fixture
-def documents() -> list[str]:
+def tiny_documents() -> list[str]:
     rng = random.Random(5)
     return [" ".join(filler(rng, 12)), " ".join(filler(rng, 8))]
+
+
+@pytest.fixture(scope="module")
+def engine() -> ReContextEngine:
+    return tiny_engine()
+
+
+@pytest.fixture
+def documents() -> list[str]:
+    return tiny_documents()
 
 
 @pytest.fixture

@@ -10,41 +10,49 @@ from recontext_engine import ReContextEngine, ReplayConfig
 from recontext_engine import engine as engine_module
 from recontext_engine.decoding import next_token
 from recontext_engine.errors import PromptTooLongError
+from tests.unit.test_engine_hooks import CONFIG, QUESTION, tiny_documents, tiny_engine
 
-# The tiny engine and its documents (these fixtures shadow conftest's embedded-model engine here).
-from tests.unit.test_engine_hooks import CONFIG, QUESTION, documents, engine  # noqa: F401
+
+@pytest.fixture(scope="module")
+def tiny() -> ReContextEngine:
+    return tiny_engine()
+
+
+@pytest.fixture
+def documents() -> list[str]:
+    return tiny_documents()
 
 
 def test_text_that_cannot_fit_is_refused_before_sentence_splitting(
-    engine: ReContextEngine, monkeypatch  # noqa: F811
+    tiny: ReContextEngine, monkeypatch
 ) -> None:
     def never(*args, **kwargs):
         raise AssertionError("sentences were split for a context that cannot fit")
 
     monkeypatch.setattr(engine_module, "document_sentences", never)
-    huge = "Question " * (engine.max_token_chars * engine.context_window)
+    huge = "Question " * (tiny.max_token_chars * tiny.context_window)
     with pytest.raises(PromptTooLongError, match="characters"):
-        engine.answer(huge, QUESTION, CONFIG)
+        tiny.answer(huge, QUESTION, CONFIG)
     # Under the character bound, but over the window in tokens (one word, one token here).
-    long = "Question " * (engine.context_window + 10)
+    long = "Question " * (tiny.context_window + 10)
     with pytest.raises(PromptTooLongError, match="at least"):
-        engine.select_evidence(long, QUESTION, CONFIG)
+        tiny.select_evidence(long, QUESTION, CONFIG)
     with pytest.raises(PromptTooLongError):
-        engine.chat([{"role": "user", "content": long}], CONFIG)
+        tiny.chat([{"role": "user", "content": long}], CONFIG)
 
 
 def test_a_generation_cut_by_the_window_finishes_with_length(
-    engine: ReContextEngine, documents: list[str]  # noqa: F811
+    tiny: ReContextEngine, documents: list[str]
 ) -> None:
-    used = engine.answer(documents, QUESTION, CONFIG, rounds=0, max_new_tokens=1).usage.input_tokens
-    room = engine.context_window - used
+    used = tiny.answer(documents, QUESTION, CONFIG, rounds=0, max_new_tokens=1).usage.input_tokens
+    room = tiny.context_window - used
     config = CONFIG.with_options(rounds=0, max_new_tokens=room + 50)
-    eos = engine.eos_ids
-    engine.eos_ids = set()  # the random model must not end by itself before the window does
+    eos = tiny.eos_ids
+    tiny.eos_ids = set()  # the random model must not end by itself before the window does
     try:
-        result = engine.answer(documents, QUESTION, config)
+        result = tiny.answer(documents, QUESTION, config)
     finally:
-        engine.eos_ids = eos
+        tiny.eos_ids = eos
     assert result.usage.output_tokens == room
     assert result.finish_reason == "length"
 
