@@ -1,10 +1,12 @@
 """ReContext as an attention reranker in a LlamaIndex pipeline.
 
 A first-stage retriever returns candidate nodes (here a ``SummaryIndex`` retriever: every node);
-``ReContextEvidencePostprocessor(rerank=True, top_n=...)`` reads the local model once over all of
-them and orders them by the attention mass its retrieval heads put on each from the question
-(null-question calibrated), written to ``NodeWithScore.score``. With ``add_evidence=False`` it is a
-pure reranker; leave it True to also append the evidence node.
+``ReContextEvidencePostprocessor(rerank=True, top_n=...)`` orders them by
+``ReContextEngine.document_scores``: the local model reads each node in its own short prompt with
+the question, so a node's score does not depend on where the retriever put it; the attention mass
+its retrieval heads put on the node (minus what a content-free question puts there) is rank-fused
+with BM25, and written to ``NodeWithScore.score``. With ``add_evidence=False`` it is a pure
+reranker; leave it True to also append the evidence node.
 
 Needs: ``pip install -e ".[cookbook]"``.
 Run: ``python cookbook/llamaindex_rerank.py``

@@ -297,18 +297,13 @@ class ReContextEngine:
     def document_scores(
         self, context: str | Sequence[str], question: str, config: ReplayConfig | None = None, **options: Any
     ) -> list[float]:
-        """Attention mass of each document from the question's cue (first round, no evidence yet)."""
-        request = self._start(
-            context, question, self._config(config, options).with_options(candidates="context")
-        )
-        scores, token_sentence = self._round_scores(request, [])
-        doc_of_sentence = torch.tensor([s.doc_index for s in request.prefix.sentences] + [-1])
-        doc_of_token = doc_of_sentence[token_sentence]  # -1 maps to the trailing -1
-        mass = torch.zeros(len(request.prefix.documents))
-        valid = doc_of_token >= 0
-        mass.index_add_(0, doc_of_token[valid], scores[valid])
-        self._finish(request)
-        return mass.tolist()
+        """Relevance of each document to the question, for reranking (higher first): each document is
+        read in its own prompt, so a score does not depend on the other documents or their order.
+        The attention mass the question's cue puts on it, minus the null question's, rank-fused with
+        BM25 by ``lexical_weight`` (0: that calibrated mass); see :mod:`recontext_engine.rerank`."""
+        from .rerank import document_scores
+
+        return document_scores(self, context, question, self._config(config, options))
 
     def chat(
         self, messages: Sequence[dict[str, str]], config: ReplayConfig | None = None, **options: Any

@@ -8,6 +8,9 @@ Modes:
 - full (default): lengths 1K, 2K, 4K and 8K (8K is clamped to the window minus room for the
   evidence, question and answer), all five depths, the methods of :data:`~.methods.FULL_METHODS`:
   80 cases; hours on a CPU, minutes on a GPU. ``--max-cases`` keeps an even spread of the grid.
+- ``--tasks documents,niah``: text nobody on the team wrote: question sets over real documents
+  (:mod:`.documents`) and Needle In A Haystack the public harness's way (:mod:`.niah`), with
+  their own targets and the NIAH heatmap in the report.
 - ``--helmet FILE.jsonl``: HELMET rows instead of generated cases (see :mod:`.helmet`).
 """
 
@@ -21,7 +24,7 @@ from pathlib import Path
 
 from .methods import FULL_METHODS, METHODS, QUICK_METHODS
 from .runner import run_bench
-from .settings import FULL_LENGTHS, QUICK_LENGTHS, BenchSettings
+from .settings import FULL_LENGTHS, QUICK_LENGTHS, REAL_TASKS, BenchSettings
 from .tasks import DEFAULT_TASKS, DEPTHS, TASKS
 
 
@@ -46,7 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``bench`` flags to ``parser`` (used by ``recontext bench`` and ``python -m``)."""
     parser.add_argument("--quick", action="store_true", help="a small run (~10 min on 2 CPU cores)")
     parser.add_argument("--out", default="bench-results", help="output folder (default: bench-results)")
-    parser.add_argument("--tasks", type=_names, help=f"comma list of tasks: {', '.join(TASKS)}")
+    parser.add_argument(
+        "--tasks", type=_names, help=f"comma list of tasks: {', '.join([*TASKS, *REAL_TASKS])}"
+    )
     parser.add_argument("--lengths", type=_ints, help="comma list of context lengths in tokens (e.g. 1k,2k)")
     parser.add_argument("--depths", type=_floats, help="comma list of gold depths in [0, 1]")
     parser.add_argument("--layouts", type=_names, help="comma list of context layouts: text, docs")
@@ -56,7 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-new-tokens", type=int, help="tokens to generate (default: 16 quick, 24 full)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated cases")
-    parser.add_argument("--max-cases", type=int, help="keep at most this many cases (spread over the grid)")
+    parser.add_argument(
+        "--max-cases",
+        type=int,
+        help="keep at most this many cases (an equal share per task, spread over its grid)",
+    )
     parser.add_argument("--per-cell", type=int, default=1, help="cases per task x length x depth cell")
     parser.add_argument("--unit", choices=("token", "sentence"), help="ReContext selection unit")
     parser.add_argument("--top-k", type=int, help="ReContext top-K per round")

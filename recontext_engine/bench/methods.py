@@ -212,6 +212,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "recontext-paper": {"unit": "token", "null_calibration": False, "lexical_weight": 0.0},
     "recontext-budget": {"evidence_margin": BUDGET_MARGIN},
     "recontext-scoreorder": {"evidence_order": "score"},
+    "recontext-scorelast": {"evidence_order": "score_last"},
     "recontext-cue": {"evidence_cue": 1.0},
 }
 
@@ -251,6 +252,7 @@ _DESCRIPTIONS = {
     "recontext-paper": "ReContext as in the paper (token unit, no null calibration, attention only)",
     "recontext-budget": f"ReContext with the adaptive budget (evidence_margin={BUDGET_MARGIN})",
     "recontext-scoreorder": "ReContext, evidence best-first (round by round) instead of document order",
+    "recontext-scorelast": "ReContext, evidence best-last (next to the question) instead of document order",
     "recontext-cue": "ReContext with the evidence cue (evidence_cue=1: the pooled sentences' own attention)",
 }
 for _r in (1, 2, 3):

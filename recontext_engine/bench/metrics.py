@@ -39,6 +39,14 @@ def substring_match(prediction: str, answers: Iterable[str]) -> bool:
     return any(norm and f" {norm} " in pred for norm in map(normalize_answer, answers))
 
 
+def answer_correct(prediction: str, answers: Sequence[str], match: str = "any") -> bool:
+    """Substring accuracy: some alias occurs (``match="any"``), or every alias does (``"all"``: a
+    question with several answers, such as the three needles of NIAH's pizza set)."""
+    if match == "all":
+        return bool(answers) and all(substring_match(prediction, [alias]) for alias in answers)
+    return substring_match(prediction, answers)
+
+
 def exact_match(prediction: str, answers: Iterable[str]) -> bool:
     """True if the normalized prediction equals some normalized alias."""
     pred = normalize_answer(prediction)

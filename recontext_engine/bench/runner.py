@@ -21,8 +21,8 @@ from typing import Any
 
 from .measure import PeakMemory, engine_device, machine_state, steady_allocator
 from .methods import MethodContext, get_method, recontext_config, variant_of
-from .metrics import evidence_precision, evidence_recall, exact_match, overlaps, substring_match
-from .settings import BenchSettings
+from .metrics import answer_correct, evidence_precision, evidence_recall, exact_match, overlaps
+from .settings import REAL_TASKS, BenchSettings
 from .tasks import BenchCase, generate_cases, longest_context
 
 _MIN_MEMORY = 1 << 20
@@ -38,7 +38,8 @@ def _spread(cases: list[BenchCase], limit: int | None) -> list[BenchCase]:
 
 
 def build_cases(settings: BenchSettings, engine: Any) -> list[BenchCase]:
-    """The generated grid (or the HELMET rows), clamped to the model window, capped at ``max_cases``."""
+    """The cases of the run: the generated grid and the real-document tasks (or the HELMET rows),
+    clamped to the model window, capped at ``max_cases``."""
     if settings.helmet:
         from .helmet import load_helmet
 
@@ -47,19 +48,57 @@ def build_cases(settings: BenchSettings, engine: Any) -> list[BenchCase]:
             cases += load_helmet(path, count_tokens=engine.count_tokens)
         return _spread(cases, settings.max_cases)
     answer_tokens = max(settings.max_new_tokens, _MAX_ANSWER_TOKENS)
-    cases = []
+    longest = longest_context(engine.context_window, settings.budget, answer_tokens)
+    per_task = []
     for task in settings.tasks:
-        cases += generate_cases(
-            [task],
-            settings.lengths,
-            settings.depths,
-            count_tokens=engine.count_tokens,
-            layouts=settings.layouts,  # type: ignore[arg-type]
-            seed=settings.seed,
-            max_tokens=longest_context(engine.context_window, settings.budget, answer_tokens),
-            per_cell=settings.per_cell,
+        if task in REAL_TASKS:
+            per_task.append(real_cases(task, settings, engine, longest))
+            continue
+        per_task.append(
+            generate_cases(
+                [task],
+                settings.lengths,
+                settings.depths,
+                count_tokens=engine.count_tokens,
+                layouts=settings.layouts,  # type: ignore[arg-type]
+                seed=settings.seed,
+                max_tokens=longest,
+                per_cell=settings.per_cell,
+            )
         )
-    return _spread(cases, settings.max_cases)
+    return _shares(per_task, settings.max_cases)
+
+
+def _shares(per_task: list[list[BenchCase]], limit: int | None) -> list[BenchCase]:
+    """At most ``limit`` cases, an equal share of each task's (86 real-document questions must not
+    crowd out 6 NIAH needles), each share spread along its task's grid."""
+    if limit is None:
+        return [case for cases in per_task for case in cases]
+    share, extra = divmod(limit, len(per_task))
+    picked = []
+    for index, cases in enumerate(per_task):
+        count = share + (1 if index < extra else 0)
+        picked += _spread(cases, count) if count else []
+    return picked
+
+
+def real_cases(task: str, settings: BenchSettings, engine: Any, longest: int) -> list[BenchCase]:
+    """Cases over text nobody on the team wrote: question sets over real documents, or NIAH."""
+    if task == "documents":
+        from .documents import document_cases
+
+        lengths = sorted({min(n, longest) for n in settings.lengths})
+        return [c for n in lengths for c in document_cases(engine.count_tokens, max_tokens=n)]
+    from .niah import BUFFER, niah_cases
+
+    tokenizer = engine.tokenizer
+    return niah_cases(
+        lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"]),
+        tokenizer.decode,
+        # the harness's length is the whole prompt's: its 200-token buffer holds the rest
+        sorted({min(n, longest + BUFFER) for n in settings.lengths}),
+        [round(d * 100) for d in settings.depths],
+    )
 
 
 def _evidence_dicts(evidence: Sequence[Any]) -> list[dict[str, Any]]:
@@ -73,6 +112,19 @@ def _evidence_dicts(evidence: Sequence[Any]) -> list[dict[str, Any]]:
         }
         for e in evidence
     ]
+
+
+def _case_labels(case: BenchCase) -> dict[str, Any]:
+    """The labels the report groups real-document cases by: family, question kind, needle."""
+    meta = case.meta
+    labels = {
+        "family": meta.get("family"),
+        "question_kind": meta.get("kind"),
+        "needle": meta.get("needle"),
+        # no content word shared by the question and its evidence: only attention can find it
+        "paraphrase": bool(meta.get("paraphrase")) or meta.get("kind") == "paraphrase" or None,
+    }
+    return {key: value for key, value in labels.items() if value is not None}
 
 
 def run_case(ctx: MethodContext, case: BenchCase, method_name: str, device: str) -> dict[str, Any]:
@@ -90,6 +142,7 @@ def run_case(ctx: MethodContext, case: BenchCase, method_name: str, device: str)
         "method": method_name,
         "kind": method.kind,
         "answers": list(case.answers),
+        **_case_labels(case),
     }
     if getattr(ctx.engine, "context_cache", None) is not None:
         # every call pays its own prefill, as one question per context would (costs stay comparable)
@@ -120,7 +173,7 @@ def run_case(ctx: MethodContext, case: BenchCase, method_name: str, device: str)
     replays = method.kind != "vanilla"
     record.update(
         prediction=result.text,
-        correct=substring_match(result.text, case.answers),
+        correct=answer_correct(result.text, case.answers, case.meta.get("match", "any")),
         exact=exact_match(result.text, case.answers),
         recall=evidence_recall(result.evidence, case.gold) if replays else None,
         gold_hits=[any(overlaps(e, g) for e in result.evidence) for g in case.gold] if replays else None,
@@ -201,7 +254,11 @@ def run_bench(settings: BenchSettings, engine: Any | None = None) -> dict[str, A
     bar = tqdm(total=len(cases) * len(methods), desc="bench", unit="call", disable=not settings.progress)
     try:
         for case in cases:
-            ctx.config = base.with_options(max_new_tokens=_answer_budget(settings, case, engine))
+            ctx.config = base.with_options(
+                max_new_tokens=_answer_budget(settings, case, engine),
+                # NIAH asks in the harness's shape: its system message, then the context and question
+                system_prompt=case.meta.get("system_prompt", base.system_prompt),
+            )
             case_records = []
             for name in methods:
                 bar.set_postfix_str(f"{case.task} {case.length} {name}", refresh=False)

@@ -30,9 +30,10 @@ class ReContextCompressor(EngineSettings, BaseDocumentCompressor):
       the source document's plus ``kind="recontext_evidence_sentence"``, ``source_doc_index``,
       ``source_id``, ``char_start``/``char_end`` (into the source ``page_content``), ``score`` and
       ``round``.
-    - ``"rerank"``: the documents ordered by the attention mass the retrieval heads put on each
-      from the question (null-question calibrated), written to ``metadata["relevance_score"]``,
-      cut to ``top_n``; documents without text are dropped.
+    - ``"rerank"``: the documents ordered by ``ReContextEngine.document_scores`` (each read in its
+      own prompt, so the order they come in does not matter: the retrieval heads' attention from
+      the question minus the null question's, rank-fused with BM25 by ``lexical_weight``), written
+      to ``metadata["relevance_score"]``, cut to ``top_n``; documents without text are dropped.
 
     Page contents go to the engine as they are (no regex), form feeds and other control
     characters turned into spaces. Evidence documents from an earlier ReContext step are dropped

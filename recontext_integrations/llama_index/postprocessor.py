@@ -81,10 +81,11 @@ class ReContextEvidencePostprocessor(LocalEngine, BaseNodePostprocessor):
     ``get_content()``. ``mode="extract"`` returns only the evidence: one node per sentence, in the
     engine's replay order (``ReplayConfig.evidence_order``), scored by attention, with
     ``source_node_id`` and char offsets in metadata and a SOURCE relationship. With ``rerank=True``
-    the nodes are first reordered by attention mass (written to ``NodeWithScore.score``) and cut to
-    ``top_n``; LlamaIndex's ``ReRankStartEvent`` and ``ReRankEndEvent`` (and the legacy RERANKING
-    callback event) are emitted. The selected evidence is dispatched as a
-    :class:`ReContextEvidenceEvent`.
+    the nodes are first reordered by ``ReContextEngine.document_scores`` (each node read in its own
+    prompt, so their order does not matter; attention rank-fused with BM25, written to
+    ``NodeWithScore.score``) and cut to ``top_n``; LlamaIndex's ``ReRankStartEvent`` and
+    ``ReRankEndEvent`` (and the legacy RERANKING callback event) are emitted. The selected
+    evidence is dispatched as a :class:`ReContextEvidenceEvent`.
 
     Pass a ready ``engine=``, or set ``model``/``heads``/``device`` to load one on first use (shared
     with a ``ReContextLLM`` of the same settings). Node text goes to the engine as it is (no
@@ -95,7 +96,7 @@ class ReContextEvidencePostprocessor(LocalEngine, BaseNodePostprocessor):
         default="append", description="'append': nodes + one evidence node; 'extract': one node per sentence."
     )
     add_evidence: bool = Field(default=True, description="Select evidence (False: rerank only).")
-    rerank: bool = Field(default=False, description="Reorder nodes by attention mass from the question.")
+    rerank: bool = Field(default=False, description="Reorder nodes by relevance (engine.document_scores).")
     top_n: int | None = Field(default=None, ge=1, description="With rerank: keep this many nodes.")
     replay_options: dict[str, Any] = Field(
         default_factory=dict,
@@ -150,7 +151,8 @@ class ReContextEvidencePostprocessor(LocalEngine, BaseNodePostprocessor):
     def _rerank(
         self, engine: ReContextEngine, nodes: list[NodeWithScore], query: QueryBundle, config: ReplayConfig
     ) -> list[NodeWithScore]:
-        """Nodes by attention mass, highest first (nodes without text last, score None), cut to top_n."""
+        """Nodes by ``engine.document_scores``, highest first (nodes without text last, score None),
+        cut to top_n."""
         top_n = self.top_n or len(nodes)
         dispatcher.event(
             ReRankStartEvent(query=query, nodes=nodes, top_n=top_n, model_name=engine.model_name)

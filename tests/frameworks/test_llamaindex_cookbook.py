@@ -69,3 +69,8 @@ def test_rerank_recipe_orders_by_attention_mass(engine):
     mass = engine.document_scores(recipe.CANDIDATES, recipe.QUESTION)
     best = sorted(range(len(mass)), key=lambda i: -mass[i])[:3]
     assert [n.node.node_id for n in ranked] == [f"c{i}" for i in best]
+    # the sentence that answers the question comes first, wherever the retriever put it
+    assert ranked[0].node.node_id == "c3"
+    order = [3, 0, 4, 1, 2]
+    moved = engine.document_scores([recipe.CANDIDATES[i] for i in order], recipe.QUESTION)
+    assert moved == pytest.approx([mass[i] for i in order], abs=1e-5)

@@ -144,3 +144,39 @@ def test_helmet_rows_run_through_the_same_harness(engine, tmp_path: Path) -> Non
     bm25 = next(r for r in saved["records"] if r["method"] == "bm25")
     assert bm25["error"] is None and bm25["recall"] == 1.0
     assert summary["overall"]["vanilla"]["n"] == 1
+
+
+@pytest.mark.model
+def test_real_document_tasks_run_and_report(engine, tmp_path: Path) -> None:
+    """A question over a real document and a NIAH case, through the same harness as generated tasks."""
+    from recontext_engine.bench import niah
+
+    try:
+        niah.essays_dir()
+    except ImportError:
+        pytest.skip(niah.INSTALL_HINT)
+    settings = BenchSettings(
+        out=tmp_path,
+        tasks=("documents", "niah"),
+        lengths=(512,),
+        depths=(0.5,),
+        methods=("vanilla", "recontext-r2"),
+        max_new_tokens=16,
+        max_cases=2,  # one of each, spread over the cases
+        progress=False,
+    )
+    run_bench(settings, engine)
+    saved = json.loads((tmp_path / "cases.json").read_text())
+    tasks = [c["task"] for c in saved["cases"]]
+    assert len(tasks) == 2 and tasks[0].startswith("doc-") and tasks[1].startswith("niah-")
+    records = saved["records"]
+    assert all(r["error"] is None for r in records)
+    doc, needle = (
+        next(r for r in records if r["method"] == "recontext-r2" and r["task"] == t) for t in tasks
+    )
+    assert doc["family"] in tasks[0] and needle["needle"] in tasks[1]
+    assert needle["recall"] is not None and doc["recall"] is not None
+    report = (tmp_path / "report.md").read_text()
+    assert "## Real documents" in report and "### NIAH per needle" in report
+    assert "Targets on generated tasks" not in report
+    assert (tmp_path / "niah_heatmap.png").read_bytes()[:4] == b"\x89PNG"
