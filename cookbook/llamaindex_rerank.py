@@ -5,8 +5,8 @@ A first-stage retriever returns candidate nodes (here a ``SummaryIndex`` retriev
 ``ReContextEngine.document_scores``: the local model reads each node in its own short prompt with
 the question, so a node's score does not depend on where the retriever put it; the attention mass
 its retrieval heads put on the node (minus what a content-free question puts there) is rank-fused
-with BM25, and written to ``NodeWithScore.score``. With ``add_evidence=False`` it is a pure
-reranker; leave it True to also append the evidence node.
+with BM25 and the input-embedding similarity, and written to ``NodeWithScore.score``. With
+``add_evidence=False`` it is a pure reranker; leave it True to also append the evidence node.
 
 Needs: ``pip install -e ".[cookbook]"``.
 Run: ``python cookbook/llamaindex_rerank.py``

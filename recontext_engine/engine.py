@@ -300,7 +300,8 @@ class ReContextEngine:
         """Relevance of each document to the question, for reranking (higher first): each document is
         read in its own prompt, so a score does not depend on the other documents or their order.
         The attention mass the question's cue puts on it, minus the null question's, rank-fused with
-        BM25 by ``lexical_weight`` (0: that calibrated mass); see :mod:`recontext_engine.rerank`."""
+        BM25 and the input-embedding similarity (``lexical_weight=0``: that calibrated mass); see
+        :mod:`recontext_engine.rerank`."""
         from .rerank import document_scores
 
         return document_scores(self, context, question, self._config(config, options))

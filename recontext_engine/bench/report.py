@@ -374,6 +374,13 @@ def real_targets(records: Sequence[dict[str, Any]]) -> list[Target]:
     return targets
 
 
+def _targets_table(targets: Sequence[Target]) -> str:
+    return _table(
+        ["target", "goal", "measured", "status", "why (if missed)"],
+        [[t.name, t.goal, t.measured, t.status, t.why] for t in targets],
+    )
+
+
 def _real_section(records: Sequence[dict[str, Any]]) -> list[str]:
     """The real-document part of the report: targets, per family and per question kind, NIAH."""
     real = [r for r in records if is_real(r)]
@@ -388,13 +395,7 @@ def _real_section(records: Sequence[dict[str, Any]]) -> list[str]:
         "",
     ]
     if targets:
-        lines += [
-            _table(
-                ["target", "goal", "measured", "status", "why (if missed)"],
-                [[t.name, t.goal, t.measured, t.status, t.why] for t in targets],
-            ),
-            "",
-        ]
+        lines += [_targets_table(targets), ""]
     lines += ["### Per family (accuracy / recall)", "", pivot_table(real, _family, _acc_recall), ""]
     kinds = [r for r in real if r.get("question_kind")]
     if kinds:
@@ -559,10 +560,7 @@ def render_report(cases: Sequence[BenchCase], records: Sequence[dict[str, Any]],
             [
                 "## Targets on generated tasks (ReContext R=2, embedded model)",
                 "",
-                _table(
-                    ["target", "goal", "measured", "status", "why (if missed)"],
-                    [[t.name, t.goal, t.measured, t.status, t.why] for t in targets],
-                ),
+                _targets_table(targets),
                 "",
             ]
             if targets

@@ -32,7 +32,8 @@ class ReContextCompressor(EngineSettings, BaseDocumentCompressor):
       ``round``.
     - ``"rerank"``: the documents ordered by ``ReContextEngine.document_scores`` (each read in its
       own prompt, so the order they come in does not matter: the retrieval heads' attention from
-      the question minus the null question's, rank-fused with BM25 by ``lexical_weight``), written
+      the question minus the null question's, rank-fused with BM25 and the
+      input-embedding similarity by ``lexical_weight``/``semantic_weight``), written
       to ``metadata["relevance_score"]``, cut to ``top_n``; documents without text are dropped.
 
     Page contents go to the engine as they are (no regex), form feeds and other control

@@ -82,10 +82,10 @@ class ReContextEvidencePostprocessor(LocalEngine, BaseNodePostprocessor):
     engine's replay order (``ReplayConfig.evidence_order``), scored by attention, with
     ``source_node_id`` and char offsets in metadata and a SOURCE relationship. With ``rerank=True``
     the nodes are first reordered by ``ReContextEngine.document_scores`` (each node read in its own
-    prompt, so their order does not matter; attention rank-fused with BM25, written to
-    ``NodeWithScore.score``) and cut to ``top_n``; LlamaIndex's ``ReRankStartEvent`` and
-    ``ReRankEndEvent`` (and the legacy RERANKING callback event) are emitted. The selected
-    evidence is dispatched as a :class:`ReContextEvidenceEvent`.
+    prompt, so their order does not matter; attention rank-fused with BM25 and the input-embedding
+    similarity, written to ``NodeWithScore.score``) and cut to ``top_n``; LlamaIndex's
+    ``ReRankStartEvent`` and ``ReRankEndEvent`` (and the legacy RERANKING callback event) are
+    emitted. The selected evidence is dispatched as a :class:`ReContextEvidenceEvent`.
 
     Pass a ready ``engine=``, or set ``model``/``heads``/``device`` to load one on first use (shared
     with a ``ReContextLLM`` of the same settings). Node text goes to the engine as it is (no
