@@ -21,7 +21,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
-from recontext_integrations.langchain import ChatReContext, ReContextReplayer, format_replay_prompt
+from recontext_integrations.langchain import ChatReContext, ReContextReplayer
+from recontext_integrations.langchain.replayer import format_replay_prompt
 
 DOCUMENTS = [
     Document(

@@ -19,7 +19,8 @@ from llama_index.core.llms import LLM, MockLLM
 from llama_index.core.node_parser import SentenceSplitter
 
 from recontext_engine import ReContextEngine
-from recontext_integrations.llama_index import EVIDENCE_KEY, ReContextEvidencePostprocessor
+from recontext_integrations.llama_index import ReContextEvidencePostprocessor
+from recontext_integrations.llama_index.postprocessor import EVIDENCE_KEY
 
 POLICY = [
     "Travel policy, version 3. Economy class is required for flights under six hours. "

@@ -24,7 +24,8 @@ from llama_index.core.base.response.schema import Response
 from llama_index.core.bridge.pydantic import PrivateAttr
 
 from recontext_engine import ReContextEngine
-from recontext_integrations.llama_index import EVIDENCE_KEY, ReContextEvidencePostprocessor, ReContextLLM
+from recontext_integrations.llama_index import ReContextEvidencePostprocessor, ReContextLLM
+from recontext_integrations.llama_index.postprocessor import EVIDENCE_KEY
 
 DATA_DIR = Path(__file__).parent / "data" / "harbor_town"
 QUESTION = "In which year did the Velmora Observatory open?"
@@ -61,7 +62,7 @@ def build_query_engine(engine: ReContextEngine | None = None, data_dir: Path = D
     """The query engine; ``engine`` None loads the embedded model on the first query."""
     documents = SimpleDirectoryReader(str(data_dir), required_exts=[".txt"]).load_data()
     index = VectorStoreIndex.from_documents(documents, embed_model=MiniLMEmbedding())
-    llm = ReContextLLM(engine=engine, max_new_tokens=24, replay_options={"rounds": 0})
+    llm = ReContextLLM(engine=engine, max_tokens=24, replay_options={"rounds": 0})
     evidence = ReContextEvidencePostprocessor(engine=engine, replay_options={"rounds": 1, "top_k": 2})
     return index.as_query_engine(llm=llm, similarity_top_k=top_k, node_postprocessors=[evidence])
 

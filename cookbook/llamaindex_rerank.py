@@ -1,12 +1,13 @@
 """ReContext as an attention reranker in a LlamaIndex pipeline.
 
 A first-stage retriever returns candidate nodes (here a ``SummaryIndex`` retriever: every node);
-``ReContextEvidencePostprocessor(rerank=True, top_n=...)`` orders them by
+``ReContextEvidencePostprocessor(mode="rerank", top_n=...)`` orders them by
 ``ReContextEngine.document_scores``: the local model reads each node in its own short prompt with
 the question, so a node's score does not depend on where the retriever put it; the attention mass
 its retrieval heads put on the node (minus what a content-free question puts there) is rank-fused
-with BM25 and the input-embedding similarity, and written to ``NodeWithScore.score``. With
-``add_evidence=False`` it is a pure reranker; leave it True to also append the evidence node.
+with BM25 and the input-embedding similarity, and written to ``NodeWithScore.score``. It is a
+pure reranker (LangChain's ``ReContextCompressor(mode="rerank")`` is the same); to also append the
+evidence node, put a second ``ReContextEvidencePostprocessor()`` after it.
 
 Needs: ``pip install -e ".[cookbook]"``.
 Run: ``python cookbook/llamaindex_rerank.py``
@@ -36,7 +37,7 @@ def main(
     """Retrieve every candidate, rerank them by attention mass, keep ``top_n``; print before and after."""
     nodes = [TextNode(text=text, id_=f"c{i}") for i, text in enumerate(CANDIDATES)]
     candidates = SummaryIndex(nodes).as_retriever().retrieve(question)
-    reranker = ReContextEvidencePostprocessor(engine=engine, rerank=True, top_n=top_n, add_evidence=False)
+    reranker = ReContextEvidencePostprocessor(engine=engine, mode="rerank", top_n=top_n)
     ranked = reranker.postprocess_nodes(candidates, QueryBundle(question))
     print(f"Q: {question}\nbefore: {[n.node.node_id for n in candidates]}")
     for item in ranked:

@@ -142,7 +142,7 @@ def main(engine: Any = None, turns: int = 60, max_tokens: int = 16) -> dict[str,
     fact = FACTS[0]
     history = conversation(fact, turns)
     message = langchain_answer(history, fact.question, engine, max_tokens=max_tokens)
-    answer, evidence = llama_index_answer(history, fact.question, engine, max_new_tokens=max_tokens)
+    answer, evidence = llama_index_answer(history, fact.question, engine, max_tokens=max_tokens)
     print(f"Q: {fact.question}\nLangChain: {message.content.strip()}\nLlamaIndex: {answer.strip()}")
     for item in message.response_metadata["evidence"]:
         index = item["message_index"] - 1

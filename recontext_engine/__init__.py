@@ -3,7 +3,7 @@
 ``import recontext_engine`` needs only torch and transformers; models load on request.
 """
 
-from .config import ReplayConfig
+from .config import GenerationConfig, ReplayConfig
 from .engine import ReContextEngine, ReplayStream
 from .errors import (
     BackendUnavailableError,
@@ -15,22 +15,49 @@ from .errors import (
     UnsupportedModelError,
 )
 from .heads.headset import HeadSet
+from .messages import (
+    DEFAULT_SPLIT_PATTERNS,
+    MessageSplit,
+    SplitPattern,
+    chat_messages,
+    clean_text,
+    content_text,
+    split_messages,
+)
+from .prompt import context_block, render_evidence_block
 from .results import Evidence, ReplayResult, Usage
+from .selection import AttentionSignal, BM25Signal, EmbeddingSignal, OracleSignal, RankFusion, Signal
 
 __all__ = [
+    "DEFAULT_SPLIT_PATTERNS",
+    "AttentionSignal",
+    "BM25Signal",
     "BackendUnavailableError",
     "Evidence",
+    "GenerationConfig",
+    "EmbeddingSignal",
     "HeadSet",
     "HeadSetError",
     "InputError",
+    "MessageSplit",
     "ModelLoadError",
+    "OracleSignal",
     "PromptTooLongError",
+    "RankFusion",
     "ReContextEngine",
     "ReContextError",
     "ReplayConfig",
     "ReplayResult",
     "ReplayStream",
+    "Signal",
+    "SplitPattern",
     "Usage",
     "UnsupportedModelError",
+    "chat_messages",
+    "clean_text",
+    "content_text",
+    "context_block",
+    "render_evidence_block",
+    "split_messages",
 ]
 __version__ = "0.1.0"

@@ -8,8 +8,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ReContextError
+
+if TYPE_CHECKING:
+    from .results import ReplayResult
+
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]  # what add_subparsers returns
 
 EXIT_BAD_INPUT = 2
 
@@ -49,7 +55,7 @@ def _html_target(path: str) -> Path:
     return file
 
 
-def _write_html(file: Path, result, documents: list[str], question: str) -> None:
+def _write_html(file: Path, result: ReplayResult, documents: list[str], question: str) -> None:
     from .view import render_html
 
     try:
@@ -59,7 +65,7 @@ def _write_html(file: Path, result, documents: list[str], question: str) -> None
     print(f"recontext: evidence view written to {file}", file=sys.stderr)
 
 
-def _add_ask(commands) -> None:
+def _add_ask(commands: Commands) -> None:
     ask = commands.add_parser("ask", help="answer a question over one or more documents")
     ask.add_argument(
         "--context", action="append", required=True, metavar="FILE", help="a UTF-8 text file; repeat"
@@ -126,7 +132,7 @@ def _run_ask(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_heads(commands) -> None:
+def _add_heads(commands: Commands) -> None:
     from .heads import cli_commands
 
     heads = commands.add_parser("heads", help="retrieval-head sets")
@@ -139,7 +145,7 @@ def _add_heads(commands) -> None:
     evaluate.set_defaults(run=cli_commands.eval_main)
 
 
-def _add_bench(commands) -> None:
+def _add_bench(commands: Commands) -> None:
     from .bench import cli as bench_cli
 
     bench = commands.add_parser("bench", help="ReContext vs vanilla and text-only replay, side by side")
@@ -147,7 +153,7 @@ def _add_bench(commands) -> None:
     bench.set_defaults(run=bench_cli.main)
 
 
-def _add_serve(commands) -> None:
+def _add_serve(commands: Commands) -> None:
     from .serve import cli as serve_cli
 
     serve = commands.add_parser("serve", help="an OpenAI-compatible HTTP server (extra 'serve')")

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from .config import ReplayConfig
+from .config import GenerationConfig
 
 # Temperatures below this are greedy (as in vLLM): dividing by them overflows float32 logits.
 GREEDY_BELOW = 1e-5
 
 
-def next_token(logits: torch.Tensor, config: ReplayConfig, generator: torch.Generator | None) -> int:
+def next_token(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator | None) -> int:
     """Greedy at temperature 0, else temperature + nucleus (top-p) sampling. ``logits``: (vocab,)."""
     if config.temperature < GREEDY_BELOW:
         return int(torch.argmax(logits))
@@ -29,7 +31,7 @@ class TextAssembler:
     ``add`` returns the new printable text; ``stopped`` turns True once a stop string appears.
     """
 
-    def __init__(self, tokenizer, stop: tuple[str, ...] = ()) -> None:
+    def __init__(self, tokenizer: Any, stop: tuple[str, ...] = ()) -> None:
         self.tokenizer = tokenizer
         self.stop = tuple(s for s in stop if s)
         self.ids: list[int] = []

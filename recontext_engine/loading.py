@@ -70,7 +70,9 @@ def convert_gguf(path: Path) -> Path:
     print(f"recontext: converting {path.name} once (cached in {target})", file=sys.stderr)
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    model.hf_quantizer = None  # the weights are dequantized: save them as plain safetensors
+    # the weights are dequantized: save them as plain safetensors (the ignore: torch's stub types
+    # Module.__setattr__ for tensors and modules only, and transformers declares no hf_quantizer)
+    model.hf_quantizer = None  # type: ignore[assignment]
     model.config.quantization_config = None
     del model.config.quantization_config
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -129,5 +131,7 @@ def load_model(
         )
     except OSError as exc:
         raise ModelLoadError(f"could not load model {model!r}: {exc}") from None
-    loaded.to(device).eval()
+    # as a Module: transformers wraps its ``to`` in functools.wraps, whose stub loses the binding of self
+    module: torch.nn.Module = loaded
+    module.to(device).eval()
     return LoadedModel(loaded, tokenizer, name, source)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .config import ReplayConfig
 from .results import Evidence
 from .spans import Sentence, replay_text
+
+if TYPE_CHECKING:
+    from .config import ReplayConfig
 
 NULL_QUESTION = "N/A"
 
@@ -80,7 +83,7 @@ def _map_tokens(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) ->
 class PromptBuilder:
     """Renders ``[C; E; q]`` through the tokenizer's chat template (or a plain layout without one)."""
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.has_chat_template = bool(getattr(tokenizer, "chat_template", None))
 

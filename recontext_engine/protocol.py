@@ -1,11 +1,12 @@
-"""The backend contract and the name -> factory registry (a leaf module: it imports no backend).
+"""The backend contract (:class:`Backend`) and the name -> factory registry (a leaf module: it
+imports no backend).
 
 A backend runs the model for the engine: it keeps a request's context (``prefill``), reads the cue
-attention rows of the selected heads (``read``) and generates (``generate``). Optional: ``read_branches``
-(several suffixes over one shared start in one pass), ``crop(cache, length)`` together with
-``read(..., keep=True)`` (the read's tokens stay in the cache, so the generation goes on from them), and
-``input_embeddings()`` (the model's (vocab, dim) input embeddings, for ``ReplayConfig.semantic_weight``;
-without it selection runs without the semantic signal).
+attention rows of the selected heads (``read``) and generates (``generate``). The rest has defaults a
+backend overrides where it can do better: ``read_branches`` (several suffixes over one shared start,
+by default one ``read`` each), ``crop`` with ``can_crop`` (a read's tokens stay in the cache with
+``read(..., keep=True)``, so the generation goes on from them), ``generate_batch`` with
+``batches``, ``input_embeddings`` (for the embedding signal) and ``eos_ids``.
 Factories are registered as ``"module:function"`` strings, so a backend's dependencies (vLLM, say)
 are imported only when it is chosen.
 """
@@ -13,58 +14,99 @@ are imported only when it is chosen.
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .config import ReplayConfig
 from .errors import ReContextError
 from .heads.headset import HeadSet
 
+if TYPE_CHECKING:
+    from .config import GenerationConfig
 
-@runtime_checkable
-class Backend(Protocol):
+
+class Backend(ABC):
     """What :class:`~recontext_engine.engine.ReContextEngine` needs from a backend."""
 
-    name: str
-    eos_ids: set[int]  # optional: the engine falls back to the tokenizer's end token
+    name: str = ""
+    can_crop: bool = False
+    """Whether :meth:`crop` works and ``read(..., keep=True)`` leaves the read tokens in the cache."""
+    batches: bool = False
+    """Whether :meth:`generate_batch` runs many prompts as one batch (else the engine goes one by one)."""
 
     @property
+    @abstractmethod
     def window(self) -> int:
         """The model window in tokens (prompt plus generation)."""
-        ...
 
+    @abstractmethod
     def new_cache(self) -> Any:
         """An empty per-request cache."""
-        ...
 
+    @abstractmethod
     def prefill(self, ids: list[int], cache: Any = None) -> Any:
         """Take the context ``ids`` into ``cache`` (a new one when None) and return it."""
-        ...
 
+    @abstractmethod
     def read(
-        self, cache: Any, prefix_len: int, suffix_ids: list[int], heads: HeadSet, cue_window: int
+        self,
+        cache: Any,
+        prefix_len: int,
+        suffix_ids: list[int],
+        heads: HeadSet,
+        cue_window: int,
+        keep: bool = False,
     ) -> torch.Tensor:
         """(len(heads), w, prefix_len + len(suffix_ids)) float32 softmax rows of the last ``w`` tokens
-        over every key, ``w = min(cue_window, len(suffix_ids))``; ``cache`` keeps ``prefix_len``."""
-        ...
+        over every key, ``w = min(cue_window, len(suffix_ids))``; ``cache`` keeps ``prefix_len``
+        (with ``keep`` and :attr:`can_crop`: ``prefix_len + len(suffix_ids)``)."""
 
+    @abstractmethod
     def generate(
-        self, cache: Any, suffix_ids: list[int], config: ReplayConfig, eos_ids: set[int]
+        self, cache: Any, suffix_ids: list[int], generation: GenerationConfig, eos_ids: set[int]
     ) -> Iterator[int]:
         """Token ids generated after ``[cache; suffix_ids]``, end tokens excluded."""
-        ...
 
+    def read_branches(
+        self,
+        cache: Any,
+        prefix_len: int,
+        shared_ids: list[int],
+        branches: list[list[int]],
+        heads: HeadSet,
+        cue_window: int,
+        keep: bool = False,
+    ) -> list[torch.Tensor]:
+        """``[read(cache, prefix_len, shared_ids + b, heads, cue_window) for b in branches]``; with
+        ``keep`` the first branch stays in the cache. This default reads one after another."""
+        later = [self.read(cache, prefix_len, shared_ids + b, heads, cue_window) for b in branches[1:]]
+        # the kept branch is read last, so that it stays in the cache
+        return [self.read(cache, prefix_len, shared_ids + branches[0], heads, cue_window, keep), *later]
 
-@runtime_checkable
-class BatchBackend(Backend, Protocol):
-    """A backend that also generates for many prompts in one batch (used by ``answer_batch``)."""
+    def crop(self, cache: Any, length: int) -> None:
+        """Keep the first ``length`` cached positions (backends with :attr:`can_crop`)."""
+        raise NotImplementedError(f"the {self.name} backend cannot crop its cache")
 
     def generate_batch(
-        self, prompts: Sequence[Sequence[int]], config: ReplayConfig, eos_ids: Iterable[int] | None = None
-    ) -> list[list[int]]: ...
+        self,
+        prompts: Sequence[Sequence[int]],
+        generation: GenerationConfig,
+        eos_ids: Iterable[int] | None = None,
+    ) -> list[list[int]]:
+        """Continuations of many prompts in one batch (backends with :attr:`batches`)."""
+        raise NotImplementedError(f"the {self.name} backend does not batch")
+
+    def input_embeddings(self) -> torch.Tensor | None:
+        """The model's (vocab, dim) input embeddings, for the embedding signal; None: not available."""
+        return None
+
+    @property
+    def eos_ids(self) -> set[int]:
+        """End-of-sequence token ids; empty: the engine uses the tokenizer's end token."""
+        return set()
 
 
 @dataclass

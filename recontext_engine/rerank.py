@@ -6,9 +6,10 @@ question), so neither the other documents nor their order change its attention (
 holds them all it would depend on where a document stands and how long it is). Its attention score
 is the mass the question's cue puts on it minus the mass the null question's cue puts on it
 (:data:`~recontext_engine.prompt.NULL_QUESTION`). As the hybrid sentence selection does, the
-documents' ranks by it are fused by reciprocal rank with their BM25 ranks (``lexical_weight``) and
-their ranks by their best sentence's similarity to the question in the model's input-embedding
-space (:mod:`~recontext_engine.semantic`, ``lexical_weight * semantic_weight``). Tied values share
+documents' ranks by it are fused by reciprocal rank with their BM25 ranks and their ranks by their
+best sentence's similarity to the question in the model's input-embedding space
+(:mod:`~recontext_engine.semantic`), with the weights the selector's rank fusion gives its BM25 and
+embedding parts (a selector of attention alone: the calibrated mass alone). Tied values share
 a rank and the attention breaks ties of the fused score, so no score depends on the order.
 
 :func:`joint_mass` is the former score (the question's mass, all documents in one prompt), kept for
@@ -18,13 +19,15 @@ a rank and the attention breaks ties of the fused score, so no score depends on 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
 
 from .language import documents_language
 from .lexical import bm25_scores
+from .selection import AttentionSignal, BM25Signal, EmbeddingSignal, RankFusion, SelectionRound, Signal
+from .selection import attention_signal as find_attention
 from .semantic import EmbeddingIndex
 from .spans import check_text, normalize_documents
 
@@ -47,12 +50,13 @@ def _cue_scores(
     engine: ReContextEngine, documents: Sequence[str], question: str, config: ReplayConfig
 ) -> tuple[torch.Tensor, torch.Tensor, Prefix]:
     """One prompt holding ``documents``: the question's and the null question's per-token cue scores."""
-    config = config.with_options(candidates="context", null_calibration=True)
+    attention = replace(find_attention(config.selector) or AttentionSignal(), candidates="context")
+    attention = replace(attention, null_calibration=True, evidence_cue=0.0)
     request = engine._start(list(documents), question, config)
     try:
-        suffixes, rows, _ = engine._round_rows(request, [])
-        question_scores = engine._scores(request, suffixes[0], rows[0])[0]
-        null_scores = engine._scores(request, suffixes[1], rows[1])[0]
+        read = attention.read(SelectionRound(1, request, [], engine.reader, config.top_k))
+        question_scores = attention.cue_scores(request, read.suffixes[0], read.rows[0])[0]
+        null_scores = attention.cue_scores(request, read.suffixes[1], read.rows[1])[0]
     finally:
         engine._finish(request)
     return question_scores, null_scores, request.prefix
@@ -90,7 +94,8 @@ def semantic_scores(
     if embeddings is None or not reads:
         return None
     ids: list[int] = []
-    sentences, doc_of_sentence = [], []
+    sentences: list[torch.Tensor] = []
+    doc_of_sentence: list[int] = []
     for d, read in enumerate(reads):
         count = int(read.token_sentence.max()) + 1 if len(read.token_sentence) else 0
         offset = len(doc_of_sentence)
@@ -133,20 +138,29 @@ def fuse(
     return (ranks + sum(parts) + 1e-4 * ranks).tolist()
 
 
+def fusion_weights(selector: Signal) -> tuple[float, float]:
+    """The weights of the BM25 and embedding parts of a rank-fusion ``selector`` (0 where absent)."""
+    if not isinstance(selector, RankFusion):
+        return 0.0, 0.0
+    weights = {type(signal): weight for signal, weight in selector.parts}
+    return weights.get(BM25Signal, 0.0), weights.get(EmbeddingSignal, 0.0)
+
+
 def document_scores(
     engine: ReContextEngine, context: str | Sequence[str], question: str, config: ReplayConfig
 ) -> list[float]:
     """Relevance of each document to ``question``, higher first, the same in any document order:
-    each document's calibrated attention (its own prompt), rank-fused with BM25 by
-    ``config.lexical_weight`` and with the semantic similarity by ``lexical_weight *
-    semantic_weight`` (``lexical_weight=0``: the calibrated attention mass itself)."""
+    each document's calibrated attention (its own prompt), rank-fused with BM25 and with the
+    semantic similarity by the selector's weights (see :func:`fusion_weights`; none: the calibrated
+    attention mass itself)."""
     documents = normalize_documents(context)
     question = check_text(question, "question")
     reads = [read_document(engine, document, question, config) for document in documents]
     attention = [read.attention for read in reads]
-    if config.lexical_weight <= 0:
+    lexical_weight, semantic_weight = fusion_weights(config.selector)
+    if lexical_weight <= 0:
         return attention
     language = documents_language(documents, config.language)
     lexical = bm25_scores(question, documents, language)
-    semantic = semantic_scores(engine, reads, question) if config.semantic_fusion_weight > 0 else None
-    return fuse(attention, lexical, config.lexical_weight, semantic, config.semantic_fusion_weight)
+    semantic = semantic_scores(engine, reads, question) if semantic_weight > 0 else None
+    return fuse(attention, lexical, lexical_weight, semantic, semantic_weight)

@@ -3,23 +3,22 @@
 The engine cache (one loaded model per settings, whichever adapter asks), the check of constructor
 arguments, the thread bridge that runs the synchronous engine under an event loop, the evidence
 payload of responses and events, and the plain-chat notice. The evidence block is rendered by the
-engine's own ``recontext_engine.prompt.render_evidence_block``.
+engine's own ``recontext_engine.render_evidence_block``. The adapters import only the names
+``recontext_engine`` exports (its ``__all__``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import difflib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from recontext_engine import Evidence, ReContextEngine
-    from recontext_engine.messages import MessageSplit
+    from recontext_engine import Evidence, MessageSplit, ReContextEngine
 
 T = TypeVar("T")
 logger = logging.getLogger("recontext_integrations")
@@ -70,11 +69,17 @@ def renamed(options: Mapping[str, Any], aliases: Mapping[str, str]) -> dict[str,
     return options
 
 
-def checked_settings(data: Any, fields: Collection[str], aliases: Mapping[str, str]) -> Any:
+def checked_settings(
+    data: Any,
+    fields: Collection[str],
+    aliases: Mapping[str, str],
+    replaced: Mapping[str, str] | None = None,
+) -> Any:
     """Constructor arguments with the aliases renamed; a ValueError names every unknown one.
 
     Used as a pydantic ``mode="before"`` model validator, so a misspelled setting fails loudly
-    (with the closest field name) instead of being ignored.
+    (with the closest field name) instead of being ignored. ``replaced`` maps a setting that an
+    earlier version took to what to write instead (said in the error).
     """
     if not isinstance(data, dict):
         return data
@@ -82,16 +87,18 @@ def checked_settings(data: Any, fields: Collection[str], aliases: Mapping[str, s
     unknown = [name for name in data if name not in fields]
     if unknown:
         known = [*fields, *aliases]
-        raise ValueError("; ".join(_unknown_setting(name, known) for name in unknown))
+        raise ValueError("; ".join(_unknown_setting(name, known, replaced or {}) for name in unknown))
     return data
 
 
-def _unknown_setting(name: str, known: Collection[str]) -> str:
-    from recontext_engine.config import ReplayConfig  # here: importing the engine loads torch
+def _unknown_setting(name: str, known: Collection[str], replaced: Mapping[str, str]) -> str:
+    from recontext_engine import ReplayConfig  # here: importing the engine loads torch
 
+    if name in replaced:
+        return f"{name}= was replaced: {replaced[name]}"
     if name in NOT_APPLICABLE:
         return f"{name}= is not supported: {NOT_APPLICABLE[name]}"
-    if name in {f.name for f in dataclasses.fields(ReplayConfig)} and "replay_options" in known:
+    if name in ReplayConfig.option_names() and "replay_options" in known:
         return f"{name} is a ReplayConfig option: pass replay_options={{{name!r}: ...}}"
     closest = difflib.get_close_matches(name, list(known), n=1)
     return f"unknown argument {name!r}" + (f"; did you mean {closest[0]!r}?" if closest else "")
@@ -139,7 +146,7 @@ class PlainChatNotice:
 
 async def iterate_in_thread(
     make: Callable[[Callable[[Any], None]], Iterator[T]],
-) -> AsyncIterator[T]:
+) -> AsyncGenerator[T, None]:
     """Run a blocking iterator in a worker thread and hand its items to the event loop in order.
 
     ``make(emit)`` builds the iterator in the worker; ``emit(item)`` puts a side item (an evidence

@@ -28,11 +28,12 @@ import random
 import statistics
 import time
 
-from recontext_engine import ReContextEngine, ReplayConfig
+from recontext_engine import GenerationConfig, ReContextEngine, ReplayConfig
 from recontext_engine.bench.measure import PeakMemory, steady_allocator
 from recontext_engine.bench.tasks import longest_context
-from recontext_engine.config import EVIDENCE_ORDERS
-from recontext_engine.reads import SeparateReads
+from recontext_engine.protocol import Backend
+from recontext_engine.reads import BackendView, SeparateReads
+from recontext_engine.selection.pool import EVIDENCE_ORDERS
 
 WORDS = ("harbour", "ferry", "lantern", "orchard", "quarry", "violin", "meadow", "archive", "signal", "canal")
 QUESTION = "What code opens the vault of the old archive?"
@@ -72,26 +73,29 @@ def measure(
     return wall, cpu, memory.peak, result.text, result.usage.output_tokens
 
 
-class TimedReads:
+class TimedReads(BackendView):
     """A view of a backend that records every read pass: (kind, tokens read, seconds)."""
 
-    def __init__(self, backend) -> None:
-        self._backend = backend
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend)
         self.passes: list[tuple[str, int, float]] = []
 
-    def __getattr__(self, name: str):
-        if name == "read_branches":  # only where the backend has it (not through SeparateReads)
-            return self._timed(self._backend.read_branches, "shared")
-        return getattr(self._backend, name)
-
-    def read(self, cache, prefix_len, suffix_ids, heads, cue_window, **keep):
+    def read(self, cache, prefix_len, suffix_ids, heads, cue_window, keep=False):
         timed = self._timed(self._backend.read, "read")
-        return timed(cache, prefix_len, suffix_ids, heads, cue_window, **keep)
+        return timed(cache, prefix_len, suffix_ids, heads, cue_window, keep)
+
+    def read_branches(self, cache, prefix_len, shared_ids, branches, heads, cue_window, keep=False):
+        if isinstance(self._backend, SeparateReads):  # one timed read per branch
+            return Backend.read_branches(
+                self, cache, prefix_len, shared_ids, branches, heads, cue_window, keep
+            )
+        timed = self._timed(self._backend.read_branches, "shared")
+        return timed(cache, prefix_len, shared_ids, branches, heads, cue_window, keep)
 
     def _timed(self, method, kind: str):
-        def run(cache, prefix_len, *ids_and_rest, **keep):
+        def run(cache, prefix_len, *ids_and_rest):
             started = time.perf_counter()
-            rows = method(cache, prefix_len, *ids_and_rest, **keep)
+            rows = method(cache, prefix_len, *ids_and_rest)
             tokens = len(ids_and_rest[0]) + (sum(map(len, ids_and_rest[1])) if kind == "shared" else 0)
             self.passes.append((kind, tokens, time.perf_counter() - started))
             return rows
@@ -155,7 +159,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=ReplayConfig().max_new_tokens)
+    parser.add_argument("--max-new-tokens", type=int, default=GenerationConfig().max_new_tokens)
     parser.add_argument("--separate", action="store_true", help="also time R=2 with separate read passes")
     parser.add_argument(
         "--orders", nargs="*", default=[], choices=EVIDENCE_ORDERS, help="also time R=2 in these orders"
@@ -171,7 +175,7 @@ def main() -> None:
         engine = ReContextEngine.from_pretrained(backend="vllm", dtype="float32", enforce_eager=True)
     else:
         engine = ReContextEngine.from_pretrained()
-    config = ReplayConfig(max_new_tokens=args.max_new_tokens)
+    config = ReplayConfig().with_options(max_new_tokens=args.max_new_tokens)
     vanilla = config.with_options(rounds=0)
     arms = {"R=0": (engine, vanilla, False), "R=2": (engine, config, False)}
     for order in args.orders:

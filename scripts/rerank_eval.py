@@ -279,10 +279,10 @@ def semantic_variants(engine, reads: list, question: str) -> dict[str, torch.Ten
 def score_case(engine, embedder, paragraphs: list[str], case: dict, sweep: bool) -> dict:
     """Scores of every method for both shuffles of one case: method -> [scores in order 1, in order 2]."""
     from recontext_engine.lexical import bm25_scores
-    from recontext_engine.rerank import fuse, joint_mass, read_document, semantic_scores
+    from recontext_engine.rerank import fuse, fusion_weights, joint_mass, read_document, semantic_scores
 
     question, config = case["question"], engine.default_config
-    lw, sw = config.lexical_weight, config.semantic_fusion_weight
+    lw, sw = fusion_weights(config.selector)
     out: dict[str, list[list[float]]] = {}
     reads: dict[int, object] = {}  # a document alone reads the same in any order: read it once
     tokens: dict[int, tuple] = {}

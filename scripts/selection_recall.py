@@ -4,9 +4,9 @@ Usage: ``python scripts/selection_recall.py [--tasks ...] [--lengths 1024 4096] 
 [--seeds 2] [--variants hybrid attention bm25-recursive ...] [--set name=key:value,...] [--answer]``.
 
 Every variant selects with R rounds and the engine's evidence budget on the same cases (the layout
-alternates between one text and documents); ``bm25-recursive`` is the benchmark's lexical-only arm
-(:func:`recontext_engine.bench.methods.bm25_recursive_evidence`). ``--set`` adds a variant made of
-:class:`~recontext_engine.ReplayConfig` options, e.g. ``--set attn-w16=lexical_weight:0,cue_window:16``.
+alternates between one text and documents); ``bm25-recursive`` is the lexical-only selector
+(``BM25Signal()``). ``--set`` adds a variant made of :class:`~recontext_engine.ReplayConfig` options
+(a selector by name, attention settings), e.g. ``--set cal-w16=null_calibration:true,cue_window:16``.
 The context is prefilled once per case and shared by the variants (options that change the prompt,
 such as ``max_sentence_chars``, are not for ``--set``). The table gives, per variant and task, the
 mean fraction of gold sentences in the evidence.
@@ -24,20 +24,20 @@ import statistics
 import time
 from dataclasses import replace
 
-from recontext_engine import ReContextEngine, ReplayConfig
-from recontext_engine.bench.methods import MethodContext, bm25_recursive_evidence, oracle_evidence
+from recontext_engine import AttentionSignal, BM25Signal, ReContextEngine, ReplayConfig
+from recontext_engine.bench.methods import oracle_evidence
 from recontext_engine.bench.metrics import evidence_recall, substring_match
 from recontext_engine.bench.tasks import MULTILINGUAL_TASKS, BenchCase, generate_case, longest_context
-from recontext_engine.engine import ReplayStream, _Request
+from recontext_engine.engine import ReplayStream
+from recontext_engine.request import Request
 from recontext_engine.results import Evidence
 
 VARIANTS: dict[str, dict[str, object]] = {
     "hybrid": {},
-    "attention": {"lexical_weight": 0.0, "null_calibration": True},
-    "paper": {"unit": "token", "null_calibration": False, "lexical_weight": 0.0},
-    "bm25-recursive": {},
+    "attention": {"selector": AttentionSignal(null_calibration=True)},
+    "paper": {"selector": AttentionSignal(unit="token")},
+    "bm25-recursive": {"selector": BM25Signal()},
 }
-LEXICAL_ONLY = "bm25-recursive"
 
 
 def _value(text: str) -> object:
@@ -57,7 +57,7 @@ def _variant(spec: str) -> tuple[str, dict[str, object]]:
 
 def _answered(
     engine: ReContextEngine,
-    request: _Request,
+    request: Request,
     config: ReplayConfig,
     evidence: list[Evidence],
     case: BenchCase,
@@ -108,11 +108,7 @@ def _evaluate(
                 for name, options in variants.items():
                     started = time.perf_counter()
                     config = base.with_options(**options)
-                    if name == LEXICAL_ONLY:
-                        ctx = MethodContext(engine, base, budget=base.pool_limit)
-                        evidence = bm25_recursive_evidence(ctx, case, args.rounds)
-                    else:
-                        evidence = engine._select(replace(request, config=config))
+                    evidence = engine._select(replace(request, config=config))
                     seconds[name] += time.perf_counter() - started
                     recall.setdefault((name, task), []).append(evidence_recall(evidence, case.gold) or 0.0)
                     sizes[name].append(len(evidence))

@@ -67,7 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="keep at most this many cases (an equal share per task, spread over its grid)",
     )
     parser.add_argument("--per-cell", type=int, default=1, help="cases per task x length x depth cell")
-    parser.add_argument("--unit", choices=("token", "sentence"), help="ReContext selection unit")
+    parser.add_argument(
+        "--unit",
+        choices=("token", "sentence"),
+        help="the attention signal's unit ('token' only with the attention-only recontext-attn, -paper)",
+    )
     parser.add_argument("--top-k", type=int, help="ReContext top-K per round")
     parser.add_argument(
         "--null-calibration", action="store_true", help="ReContext with null-question calibration"

@@ -176,7 +176,7 @@ def load_helmet(
     """Cases from a HELMET-format JSONL file (one JSON object per line; blank lines skipped)."""
     path = Path(path)
     name = task or path.name.split(".")[0]
-    cases = []
+    cases: list[BenchCase] = []
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():

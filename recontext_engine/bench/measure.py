@@ -51,6 +51,8 @@ class PeakMemory:
         self.device = device
         self.interval = interval
         self.peak = 0
+        self._base = 0  # bytes at __enter__
+        self._max = 0  # the largest resident set sampled since (CPU only)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -89,6 +91,8 @@ class PeakMemory:
 
 def engine_device(engine: Any) -> str:
     model = getattr(getattr(engine, "backend", None), "model", None)
+    if model is None:
+        return "cpu"
     try:
         return str(next(model.parameters()).device)
     except (AttributeError, StopIteration, TypeError):

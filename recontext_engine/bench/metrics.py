@@ -21,9 +21,14 @@ _PUNCT = str.maketrans({c: " " for c in string.punctuation})
 
 
 class SpanLike(Protocol):
-    doc_index: int
-    char_start: int
-    char_end: int
+    """A character span of one document (read-only: Evidence and GoldSpan are frozen)."""
+
+    @property
+    def doc_index(self) -> int: ...
+    @property
+    def char_start(self) -> int: ...
+    @property
+    def char_end(self) -> int: ...
 
 
 def normalize_answer(text: str) -> str:

@@ -357,6 +357,7 @@ def plot_heatmap(
         f"accuracy over {len(needles)} needle{'s' if len(needles) != 1 else ''}: {', '.join(needles)}",
         fontsize=9,
     )
+    assert image is not None  # panels is not empty: every panel drew one
     figure.colorbar(image, ax=figure.axes, label="accuracy", shrink=0.9)
     figure.savefig(path)
     return True

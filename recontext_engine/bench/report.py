@@ -463,12 +463,12 @@ def plot_by_depth(
     markers = "osD^v<>ph*"
     for index, method in enumerate(methods):
         groups = group_by([r for r in records if r["method"] == method], _depth_bin)
-        points = sorted(
+        means = sorted(
             (depth, mean(float(r[field]) if r.get(field) is not None else None for r in recs))
             for (depth,), recs in groups.items()
             if depth is not None
         )
-        points = [(d, v) for d, v in points if v is not None]
+        points = [(d, v) for d, v in means if v is not None]
         if not points:
             continue
         style = "--" if method in ("vanilla", "oracle") else "-"

@@ -294,16 +294,10 @@ def run_bench(settings: BenchSettings, engine: Any | None = None) -> dict[str, A
 def _method_config(ctx: MethodContext, name: str) -> dict[str, Any]:
     method = get_method(name)
     cfg = recontext_config(ctx, method.rounds, variant_of(name))
-    keys = (
-        "rounds",
-        "top_k",
-        "unit",
-        "null_calibration",
-        "lexical_weight",
-        "semantic_weight",
-        "max_evidence",
-        "cue_window",
-        "decay",
-        "candidates",
-    )
-    return {k: getattr(cfg, k) for k in keys}
+    return {
+        "rounds": cfg.rounds,
+        "top_k": cfg.top_k,
+        "max_evidence": cfg.max_evidence,
+        "evidence_order": cfg.evidence_order,
+        "selector": cfg.selector.describe(),
+    }

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .methods import FULL_METHODS, get_method
+from .methods import FULL_METHODS, VARIANTS, get_method, variant_of
 from .tasks import DEFAULT_TASKS, DEPTHS, TASKS
 
 # Tasks over text nobody on the team wrote (see :mod:`.documents` and :mod:`.niah`).
@@ -49,6 +49,17 @@ class BenchSettings:
         """Reject bad settings before any model loads (ValueError with one clear message)."""
         for name in self.methods:
             get_method(name)
+        if self.unit == "token":  # the token rule picks positions: it cannot join a rank fusion
+            fused = [
+                m
+                for m in self.methods
+                if get_method(m).kind == "recontext" and "selector" not in VARIANTS[variant_of(m)]
+            ]
+            if fused:
+                raise ValueError(
+                    f"--unit token needs attention-only methods (recontext-attn-rR, recontext-paper-rR), "
+                    f"not {', '.join(fused)}"
+                )
         known = [*TASKS, *REAL_TASKS]
         unknown = [t for t in self.tasks if t not in known]
         if unknown:

@@ -433,7 +433,14 @@ def _companies(rng: random.Random, n: int) -> list[str]:
     return ordered
 
 
-def _needle(rng, count_tokens, target, depth, layout, index) -> _Draft:
+def _needle(
+    rng: random.Random,
+    count_tokens: CountTokens,
+    target: int,
+    depth: float,
+    layout: Layout,
+    index: int,
+) -> _Draft:
     kind = "number" if index % 2 == 0 else "word"
     keys: set[str] = set()
     while len(keys) < 4:
@@ -452,7 +459,15 @@ def _needle(rng, count_tokens, target, depth, layout, index) -> _Draft:
     return _Draft(question, [values[0]], docs, gold, depths, 1, {"value_kind": kind, "key": key_list[0]})
 
 
-def _multi_hop(rng, count_tokens, target, depth, layout, index, hops: int = 2) -> _Draft:
+def _multi_hop(
+    rng: random.Random,
+    count_tokens: CountTokens,
+    target: int,
+    depth: float,
+    layout: Layout,
+    index: int,
+    hops: int = 2,
+) -> _Draft:
     people = _people(rng, 4)
     companies = _companies(rng, 4)
     cities = rng.sample(_CITIES, 4)
@@ -480,11 +495,25 @@ def _multi_hop(rng, count_tokens, target, depth, layout, index, hops: int = 2) -
     return _Draft(question, [cities[0]], docs, gold, depths, hops, meta)
 
 
-def _multi_hop3(rng, count_tokens, target, depth, layout, index) -> _Draft:
+def _multi_hop3(
+    rng: random.Random,
+    count_tokens: CountTokens,
+    target: int,
+    depth: float,
+    layout: Layout,
+    index: int,
+) -> _Draft:
     return _multi_hop(rng, count_tokens, target, depth, layout, index, hops=3)
 
 
-def _conflict(rng, count_tokens, target, depth, layout, index) -> _Draft:
+def _conflict(
+    rng: random.Random,
+    count_tokens: CountTokens,
+    target: int,
+    depth: float,
+    layout: Layout,
+    index: int,
+) -> _Draft:
     chosen = rng.sample(_POLICIES, 3)
     old_first = rng.random() < 0.5
     placed: list[tuple[str, float | None, bool]] = []
@@ -513,7 +542,15 @@ def _conflict(rng, count_tokens, target, depth, layout, index) -> _Draft:
     return _Draft(question, [answer], docs, gold, depths, 1, meta)
 
 
-def _json_kv(rng, count_tokens, target, depth, layout, index, groups: Sequence[int] = (8, 4, 4)) -> _Draft:
+def _json_kv(
+    rng: random.Random,
+    count_tokens: CountTokens,
+    target: int,
+    depth: float,
+    layout: Layout,
+    index: int,
+    groups: Sequence[int] = (8, 4, 4),
+) -> _Draft:
     pairs: list[tuple[str, str]] = []
     seen: set[str] = set()
     used = 4  # braces and newlines
@@ -561,7 +598,14 @@ _PARAPHRASES: tuple[tuple[str, str], ...] = (
 )
 
 
-def _paraphrase(rng, count_tokens, target, depth, layout, index) -> _Draft:
+def _paraphrase(
+    rng: random.Random,
+    count_tokens: CountTokens,
+    target: int,
+    depth: float,
+    layout: Layout,
+    index: int,
+) -> _Draft:
     chosen = rng.sample(_PARAPHRASES, 6)
     values = rng.sample(range(12, 99), len(chosen))
     facts = [fact.format(v=v) for (fact, _), v in zip(chosen, values, strict=True)]
@@ -716,7 +760,14 @@ def _pack_sentence(pack: _LanguagePack) -> Callable[[random.Random], str]:
 def _needle_in(language: str) -> Callable[..., _Draft]:
     pack = _PACKS[language]
 
-    def build(rng, count_tokens, target, depth, layout, index) -> _Draft:
+    def build(
+        rng: random.Random,
+        count_tokens: CountTokens,
+        target: int,
+        depth: float,
+        layout: Layout,
+        index: int,
+    ) -> _Draft:
         keys = rng.sample(pack.keys, 4)
         values = [str(rng.randint(1_000_000, 9_999_999)) for _ in keys]
         needles = [pack.needle.format(key=k, value=v) for k, v in zip(keys, values, strict=True)]
@@ -733,7 +784,14 @@ def _needle_in(language: str) -> Callable[..., _Draft]:
 def _multi_hop_in(language: str) -> Callable[..., _Draft]:
     pack = _PACKS[language]
 
-    def build(rng, count_tokens, target, depth, layout, index) -> _Draft:
+    def build(
+        rng: random.Random,
+        count_tokens: CountTokens,
+        target: int,
+        depth: float,
+        layout: Layout,
+        index: int,
+    ) -> _Draft:
         people = rng.sample(pack.people, 4)
         companies = rng.sample(pack.companies, 4)
         cities = rng.sample(pack.cities, 4)

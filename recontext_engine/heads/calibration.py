@@ -392,7 +392,7 @@ def _assemble(
     cuts = sorted(rng.sample(range(1, len(units)), num_docs - 1)) if len(units) > num_docs else []
     bounds = [0, *cuts, len(units)]
     documents: list[str] = []
-    gold: list[tuple[int, int, int]] = []
+    gold: list[tuple[int, int, int, int]] = []  # (tag, document, start, end)
     for doc_index in range(len(bounds) - 1):
         parts: list[str] = []
         cursor = 0

@@ -17,13 +17,14 @@ from typing import Any
 from ..config import ReplayConfig
 from ..errors import ReContextError
 from ..scoring import SCORERS
+from ..selection import AttentionSignal
 from .calibration import FAMILIES
+from .choice import SELECTIONS
 from .detect import DetectSettings, detect
 from .evaluate import EvaluationReport, evaluate_heads
 from .headset import HeadSet, model_fingerprint
 from .metrics import OBJECTIVES
 from .registry import bundled_head_sets, cache_path, resolve_heads
-from .selection import SELECTIONS
 
 
 def _int_list(text: str) -> list[int]:
@@ -72,7 +73,7 @@ def _add_model_and_case_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_detect_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``recontext heads detect``."""
-    defaults, replay = DetectSettings(), ReplayConfig()
+    defaults, attention = DetectSettings(), AttentionSignal()
     _add_model_and_case_arguments(parser)
     parser.add_argument(
         "--families", type=_family_list, default=list(defaults.families), help=_help(defaults, "families")
@@ -83,10 +84,12 @@ def add_detect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--num-heads", type=int, default=defaults.num_heads, help=_help(defaults, "num_heads")
     )
-    parser.add_argument("--cue-window", type=int, default=replay.cue_window, help=_help(replay, "cue_window"))
-    parser.add_argument("--decay", type=float, default=replay.decay, help=_help(replay, "decay"))
     parser.add_argument(
-        "--scorer", choices=tuple(SCORERS), default=replay.scorer, help=_help(replay, "scorer")
+        "--cue-window", type=int, default=attention.cue_window, help=_help(attention, "cue_window")
+    )
+    parser.add_argument("--decay", type=float, default=attention.decay, help=_help(attention, "decay"))
+    parser.add_argument(
+        "--scorer", choices=tuple(SCORERS), default=attention.scorer, help=_help(attention, "scorer")
     )
     parser.add_argument(
         "--objective", choices=OBJECTIVES, default=defaults.objective, help=_help(defaults, "objective")

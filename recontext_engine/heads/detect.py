@@ -24,13 +24,12 @@ import torch
 from ..config import ReplayConfig
 from ..errors import HeadSetError
 from ..prompt import NULL_QUESTION
-from ..scoring import scorer_for
 from .calibration import DEFAULT_LENGTHS, FAMILIES, CalibrationCase
+from .choice import SELECTIONS, Selection, select_heads
 from .headset import HeadSet, model_fingerprint, model_shape
 from .metrics import OBJECTIVES, Objective, mean_metrics, objective_value
 from .provenance import environment, model_identity, recontext_version
 from .readouts import calibration_cases, model_config, read_cases
-from .selection import SELECTIONS, Selection, select_heads
 
 METHOD = (
     "recontext heads detect: per head, sentence scores = cue attention with the question minus "
@@ -122,7 +121,7 @@ def detect(
     started = time.perf_counter()
     settings = settings or DetectSettings()
     config = config or ReplayConfig()
-    scorer = scorer_for(config)
+    scorer = config.attention.make_scorer()
     model_cfg = model_config(readout)
     num_layers, heads_per_layer = model_shape(model_cfg)
     total_heads = num_layers * heads_per_layer
@@ -170,9 +169,9 @@ def detect(
         "method": METHOD,
         "model": model_identity(model_name, model_source, model_cfg),
         "fingerprint": model_fingerprint(model_cfg),
-        "cue_window": config.cue_window,
-        "decay": config.decay,
-        "scorer": config.scorer,
+        "cue_window": config.attention.cue_window,
+        "decay": config.attention.decay,
+        "scorer": config.attention.scorer,
         "null_question": NULL_QUESTION,
         "question_template": config.question_template,
         "objective": settings.objective,

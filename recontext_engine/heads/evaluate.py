@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..config import ReplayConfig
-from ..scoring import Scorer, scorer_for
+from ..scoring import Scorer
 from .calibration import DEFAULT_LENGTHS, FAMILIES
 from .headset import HeadSet, model_shape
 from .metrics import POOL_SIZES, mean_metrics
@@ -64,8 +64,8 @@ class EvaluationReport:
             names = list(next(iter(self.families.values())))
             lines += ["", "| family | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
             for family, values in self.families.items():
-                cells = [f"{values[n]:.0f}" if n == "cases" else f"{values[n]:.2f}" for n in names]
-                lines.append(f"| {family} | " + " | ".join(cells) + " |")
+                family_cells = [f"{values[n]:.0f}" if n == "cases" else f"{values[n]:.2f}" for n in names]
+                lines.append(f"| {family} | " + " | ".join(family_cells) + " |")
         return "\n".join(lines)
 
     def summary(self) -> str:
@@ -222,7 +222,7 @@ def evaluate_heads(
         draws=draws,
         seed=seed,
         pool_sizes=pool_sizes,
-        scorer=scorer_for(config),
+        scorer=config.attention.make_scorer(),
     )
     tokens = [r.num_tokens for r in readouts]
     return EvaluationReport(

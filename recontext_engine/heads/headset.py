@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,7 +106,7 @@ class HeadSet:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, path: str | Path) -> HeadSet:
+    def load(cls, path: str | os.PathLike[str]) -> HeadSet:
         path = Path(path)
         if not path.is_file():
             raise HeadSetError(f"head set file not found: {path}")

@@ -114,7 +114,7 @@ def read_case(
     sums = []
     for question in (case.question, NULL_QUESTION):
         suffix = builder.suffix(prefix, question, [], config)
-        rows = readout.read(cache, n, suffix.ids, heads, config.cue_window)[..., :n]  # (h, w, n)
+        rows = readout.read(cache, n, suffix.ids, heads, config.attention.cue_window)[..., :n]  # (h, w, n)
         summed = torch.zeros(*rows.shape[:2], len(sentences) + 1)
         sums.append(summed.index_add_(2, bucket, rows.float()))  # (h, w, S + 1)
     texts = [documents[s.doc_index][s.start : s.end] for s in sentences]

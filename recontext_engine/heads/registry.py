@@ -6,12 +6,12 @@ import os
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..errors import HeadSetError
 from .headset import HeadSet, model_fingerprint
 
-HeadsArg = str | os.PathLike | HeadSet | Sequence[Sequence[int]]
+HeadsArg = str | os.PathLike[str] | HeadSet | Sequence[Sequence[int]]
 
 
 def bundled_head_sets() -> list[HeadSet]:
@@ -51,20 +51,22 @@ def resolve_heads(heads: HeadsArg, config: Any, detect: Callable[[], HeadSet] | 
     if isinstance(heads, HeadSet):
         head_set = heads
     elif isinstance(heads, str) and heads == "auto":
-        head_set = lookup(config)
-        if head_set is None:
+        known = lookup(config)
+        if known is None:
             if detect is None:
                 raise HeadSetError(
                     "no head set is known for this model; run `recontext heads detect --model ...` "
                     "or pass heads=[(layer, head), ...]"
                 )
-            head_set = detect()
+            known = detect()
             path = cache_path(config)
             path.parent.mkdir(parents=True, exist_ok=True)
-            head_set.save(path)
+            known.save(path)
+        head_set = known
     elif isinstance(heads, (str, os.PathLike)):
         head_set = HeadSet.load(heads)
     else:
-        head_set = HeadSet(heads=tuple(tuple(h) for h in heads))
+        # HeadSet.__post_init__ checks that each is a (layer, head) pair of integers (else HeadSetError)
+        head_set = HeadSet(heads=cast("tuple[tuple[int, int], ...]", tuple(tuple(h) for h in heads)))
     head_set.validate_for(config)
     return head_set

@@ -11,7 +11,12 @@ They run on any device and are tested on the CPU against the transformers readou
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from .vllm.layouts import PackedKeys
 
 
 def _check_block_table(block_table: torch.Tensor, seq_len: int, block_size: int) -> None:
@@ -24,7 +29,11 @@ def _check_block_table(block_table: torch.Tensor, seq_len: int, block_size: int)
 
 
 def gather_keys(
-    key_cache: torch.Tensor, block_table: torch.Tensor, start: int, end: int, kv_heads: torch.Tensor
+    key_cache: torch.Tensor | PackedKeys,
+    block_table: torch.Tensor,
+    start: int,
+    end: int,
+    kv_heads: torch.Tensor,
 ) -> torch.Tensor:
     """Keys of positions ``start..end-1`` of one sequence for some key heads.
 
@@ -62,7 +71,7 @@ def _mask_scores(
 
 def paged_cue_rows(
     cue_queries: torch.Tensor,
-    key_cache: torch.Tensor,
+    key_cache: torch.Tensor | PackedKeys,
     block_table: torch.Tensor,
     seq_len: int,
     heads: torch.Tensor,

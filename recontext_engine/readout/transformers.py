@@ -12,21 +12,23 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 from transformers import AttentionInterface, DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import CacheLayerMixin, DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-from ..config import ReplayConfig
+from ..config import GenerationConfig
 from ..decoding import next_token
 from ..errors import PromptTooLongError, UnsupportedModelError
 from ..heads.headset import HeadSet
+from ..protocol import Backend
 
 IMPLEMENTATION = "recontext"
 
@@ -105,7 +107,14 @@ def cue_attention_rows(
     return torch.softmax(scores, dim=-1)
 
 
-def _capture(module, query, key, attention_mask, scaling, kwargs) -> None:
+def _capture(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None,
+    kwargs: dict[str, Any],
+) -> None:
     capture = _ACTIVE.get()
     layer = getattr(module, "layer_idx", None)
     if capture is None or layer not in capture.heads_by_layer:
@@ -142,13 +151,13 @@ def _eager_readout(module, query, key, value, attention_mask, scaling=None, drop
     return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
 
 
-_IMPLEMENTATIONS = {
+_IMPLEMENTATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     IMPLEMENTATION: (_sdpa_readout, sdpa_mask),
     IMPLEMENTATION + "_eager": (_eager_readout, eager_mask),
 }
 
 
-def install_readout(model) -> None:
+def install_readout(model: Any) -> None:
     """Switch ``model`` to the readout attention (its usual kernel plus capture); never on import."""
     for name, (attention, mask) in _IMPLEMENTATIONS.items():
         AttentionInterface.register(name, attention)
@@ -168,16 +177,19 @@ class ReservedLayer(DynamicLayer):
 
     RESERVE = 256
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
             self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        assert self.keys is not None and self.values is not None  # set by lazy_initialization
         start = self.keys.shape[-2] if self.keys.dim() == 4 else 0
         end = start + key_states.shape[-2]
         if self._buffers is None or end > self._buffers[0].shape[-2]:
-            self._buffers = tuple(
-                _grown(old, new, start, end + self.RESERVE)
-                for old, new in ((self.keys, key_states), (self.values, value_states))
+            self._buffers = (
+                _grown(self.keys, key_states, start, end + self.RESERVE),
+                _grown(self.values, value_states, start, end + self.RESERVE),
             )
         keys, values = self._buffers
         keys[..., start:end, :] = key_states
@@ -190,8 +202,12 @@ class ReservedLayer(DynamicLayer):
         buffers = getattr(self, "_buffers", None)
         if not self.is_initialized or buffers is None or capacity <= buffers[0].shape[-2]:
             return
+        assert self.keys is not None and self.values is not None  # the layer is initialized
         length = self.keys.shape[-2]
-        self._buffers = tuple(_grown(t, t, length, capacity) for t in (self.keys, self.values))
+        self._buffers = (
+            _grown(self.keys, self.keys, length, capacity),
+            _grown(self.values, self.values, length, capacity),
+        )
         keys, values = self._buffers
         self.keys, self.values = keys[..., :length, :], values[..., :length, :]
 
@@ -221,16 +237,18 @@ class ReservedCache(DynamicCache):
 def truncate_cache(cache: DynamicCache, length: int) -> None:
     """Drop cached positions from ``length`` on; layers a stopped pass never reached are untouched."""
     for layer in cache.layers:
-        if (
-            getattr(layer, "is_initialized", False)
+        if (  # a linear-attention layer keeps no keys; a DummyLayer's are None
+            isinstance(layer, CacheLayerMixin)
+            and layer.is_initialized
             and layer.keys is not None
+            and layer.values is not None
             and layer.keys.shape[-2] > length
         ):
             layer.keys = layer.keys[..., :length, :]
             layer.values = layer.values[..., :length, :]
 
 
-class TransformersBackend:
+class TransformersBackend(Backend):
     """Prefill, read passes and decoding on a transformers causal LM.
 
     Every model call holds ``lock``; each request keeps its own cache, so requests from several
@@ -238,8 +256,9 @@ class TransformersBackend:
     """
 
     name = "transformers"
+    can_crop = True
 
-    def __init__(self, model, prefill_chunk: int = 1024, progress: bool = False) -> None:
+    def __init__(self, model: Any, prefill_chunk: int = 1024, progress: bool = False) -> None:
         self.model = model
         self.lock = threading.RLock()
         self.prefill_chunk = prefill_chunk
@@ -257,7 +276,7 @@ class TransformersBackend:
         return int(getattr(config, "max_position_embeddings", 0) or 0) or 1 << 30
 
     def input_embeddings(self) -> torch.Tensor:
-        """The (vocab, dim) input-embedding matrix (for ``ReplayConfig.semantic_weight``)."""
+        """The (vocab, dim) input-embedding matrix (for the embedding signal)."""
         return self.model.get_input_embeddings().weight.detach()
 
     @property
@@ -354,9 +373,7 @@ class TransformersBackend:
         if not branches or any(not branch for branch in branches):
             raise ValueError("read_branches needs at least one branch, each with at least one token")
         if not self.shares_reads or len(branches) == 1:
-            # the first branch last, so that what it keeps stays in the cache
-            rows = [self.read(cache, prefix_len, shared_ids + b, heads, cue_window) for b in branches[1:]]
-            return [self.read(cache, prefix_len, shared_ids + branches[0], heads, cue_window, keep), *rows]
+            return super().read_branches(cache, prefix_len, shared_ids, branches, heads, cue_window, keep)
         shared = len(shared_ids)
         lengths = [len(b) for b in branches]
         # Forward order: shared, branch 0, branch 1, ...; ``owner`` -1 marks the shared tokens.
@@ -450,7 +467,7 @@ class TransformersBackend:
 
     @torch.inference_mode()
     def generate(
-        self, cache: DynamicCache, suffix_ids: list[int], config: ReplayConfig, eos_ids: set[int]
+        self, cache: DynamicCache, suffix_ids: list[int], generation: GenerationConfig, eos_ids: set[int]
     ) -> Iterator[int]:
         """Generate after ``[cache; suffix]``; yields token ids, stops at an end token or the length limit."""
         if cache.get_seq_length() + len(suffix_ids) + 1 > self.window:
@@ -458,15 +475,15 @@ class TransformersBackend:
                 f"prompt of {cache.get_seq_length() + len(suffix_ids)} tokens leaves no room in the "
                 f"model window of {self.window}"
             )
-        generator = torch.Generator().manual_seed(config.seed) if config.temperature > 0 else None
+        generator = torch.Generator().manual_seed(generation.seed) if generation.temperature > 0 else None
         ids = suffix_ids
         room = self.window - cache.get_seq_length() - len(suffix_ids)
         if isinstance(cache, ReservedCache):
             # Grow once to what this generation can use: growing by the reserve mid-way would leave
             # the whole cache that much larger (a replayed prompt plus the answer often passes it).
-            cache.reserve(cache.get_seq_length() + len(suffix_ids) + min(config.max_new_tokens, room))
-        for _ in range(min(config.max_new_tokens, room)):
-            token = next_token(self.next_logits(cache, ids), config, generator)
+            cache.reserve(cache.get_seq_length() + len(suffix_ids) + min(generation.max_new_tokens, room))
+        for _ in range(min(generation.max_new_tokens, room)):
+            token = next_token(self.next_logits(cache, ids), generation, generator)
             if token in eos_ids:
                 return
             yield token

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..errors import ReContextError
+from ..registry import Registry
 
 if TYPE_CHECKING:
-    from ..config import ReplayConfig
+    from ..selection import AttentionSignal
 
 
 class Scorer(ABC):
@@ -26,8 +25,9 @@ class Scorer(ABC):
     name: str = ""  # set by :func:`register_scorer`
 
     @classmethod
-    def from_config(cls, config: ReplayConfig) -> Scorer:
-        """The scorer a :class:`~recontext_engine.ReplayConfig` asks for (override to read its fields)."""
+    def from_signal(cls, signal: AttentionSignal) -> Scorer:
+        """The scorer an :class:`~recontext_engine.selection.AttentionSignal` asks for (override to
+        read its settings, such as ``decay``)."""
         return cls()
 
     @abstractmethod
@@ -53,35 +53,11 @@ class Scorer(ABC):
         return self.reduce_cue(rows.float().mean(dim=0))  # (w, n) averaged over the head set
 
 
-SCORERS: dict[str, type[Scorer]] = {}
+SCORERS: Registry[Scorer] = Registry("scorer", Scorer)
 """Registered scorers by name (see :func:`register_scorer`)."""
 
-S = TypeVar("S", bound=type[Scorer])
+register_scorer = SCORERS.register
+"""Class decorator: register a :class:`Scorer` under a name (a name is taken only once)."""
 
-
-def register_scorer(name: str) -> Callable[[S], S]:
-    """Class decorator: register a :class:`Scorer` under ``name`` (a name is taken only once)."""
-
-    def register(cls: S) -> S:
-        if name in SCORERS:
-            raise ReContextError(f"a scorer named {name!r} is already registered ({SCORERS[name].__name__})")
-        if not (isinstance(cls, type) and issubclass(cls, Scorer)):
-            raise ReContextError(f"{cls!r} is not a Scorer subclass")
-        cls.name = name
-        SCORERS[name] = cls
-        return cls
-
-    return register
-
-
-def get_scorer(name: str) -> type[Scorer]:
-    """The scorer class registered under ``name``; an unknown name is one clear error."""
-    try:
-        return SCORERS[name]
-    except KeyError:
-        raise ReContextError(f"unknown scorer {name!r}; choose from {', '.join(SCORERS)}") from None
-
-
-def scorer_for(config: ReplayConfig) -> Scorer:
-    """The scorer ``config.scorer`` names, built from ``config``."""
-    return get_scorer(config.scorer).from_config(config)
+get_scorer = SCORERS.lookup
+"""The scorer class registered under a name; an unknown name is one clear error."""

@@ -10,7 +10,7 @@ import torch
 from .base import Scorer, register_scorer
 
 if TYPE_CHECKING:
-    from ..config import ReplayConfig
+    from ..selection import AttentionSignal
 
 
 @register_scorer("cue_recurrence")
@@ -25,8 +25,8 @@ class CueRecurrenceScorer(Scorer):
     decay: float = 0.75
 
     @classmethod
-    def from_config(cls, config: ReplayConfig) -> CueRecurrenceScorer:
-        return cls(config.decay)
+    def from_signal(cls, signal: AttentionSignal) -> CueRecurrenceScorer:
+        return cls(signal.decay)
 
     def reduce_cue(self, attention: torch.Tensor) -> torch.Tensor:
         r = torch.zeros(attention.shape[:-2] + attention.shape[-1:])  # (..., n)

@@ -72,7 +72,7 @@ def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) 
     authorize = Depends(_authorizer(settings.api_key))
     api = APIRouter(prefix="/v1", dependencies=[authorize])
     openapi = describe_models(app, [ChatCompletionRequest, EvidenceRequest])
-    takes_json = {"dependencies": [Depends(require_json)]}
+    takes_json = [Depends(require_json)]  # the dependencies of a route whose body is JSON
 
     def check_model(name: str | None) -> None:
         if name is not None and name != settings.model_id:
@@ -101,7 +101,10 @@ def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) 
         return _model_card(name)
 
     @api.post(
-        "/chat/completions", **takes_json, responses=STREAMS, openapi_extra=json_body(ChatCompletionRequest)
+        "/chat/completions",
+        dependencies=takes_json,
+        responses=STREAMS,
+        openapi_extra=json_body(ChatCompletionRequest),
     )
     async def chat_completions(request: Request) -> Response:
         body = parse_body(await request.body(), ChatCompletionRequest)
@@ -119,7 +122,7 @@ def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) 
         assert work.result is not None
         return JSONResponse(completion.full(work.result))
 
-    @api.post("/evidence", **takes_json, openapi_extra=json_body(EvidenceRequest))
+    @api.post("/evidence", dependencies=takes_json, openapi_extra=json_body(EvidenceRequest))
     async def evidence(request: Request) -> Response:
         body = parse_body(await request.body(), EvidenceRequest)
         check_model(body.model)

@@ -67,10 +67,8 @@ class BodyLimits:
             try:
                 message = await asyncio.wait_for(receive(), max(remaining, 0))
             except asyncio.TimeoutError:
-                message = f"The request body did not arrive within {self.timeout:g} s"
-                raise APIError(
-                    408, message, code="request_timeout", headers={"Connection": "close"}
-                ) from None
+                reason = f"The request body did not arrive within {self.timeout:g} s"
+                raise APIError(408, reason, code="request_timeout", headers={"Connection": "close"}) from None
             if message["type"] != "http.request":
                 complete = True
                 return message

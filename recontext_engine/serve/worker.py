@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -128,7 +128,9 @@ class ThreadedStream:
     def cancel(self) -> None:
         self._cancel.set()
 
-    async def pieces(self, disconnected: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[str]:
+    async def pieces(
+        self, disconnected: Callable[[], Awaitable[bool]] | None = None
+    ) -> AsyncGenerator[str, None]:
         """Text pieces as they come; raises the engine's error, or :class:`Cancelled`.
 
         Leaving the iteration early (the consumer stopped, or the client went away) cancels the work.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_core.callbacks import (
@@ -21,11 +21,11 @@ from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import Field, PrivateAttr
 
-from recontext_engine.messages import DEFAULT_QUESTION_MARKER, MessageSplit, content_text
-from recontext_engine.messages import chat_messages as plain_chat
-from recontext_engine.messages import split_messages as split_dicts
+from recontext_engine import MessageSplit, content_text
+from recontext_engine import chat_messages as plain_chat
+from recontext_engine import split_messages as split_dicts
 
-from ..common import EVIDENCE_EVENT, PlainChatNotice, evidence_payload, iterate_in_thread
+from ..common import EVIDENCE_EVENT, PlainChatNotice, evidence_payload, iterate_in_thread, renamed
 from .selection import EngineSettings
 
 if TYPE_CHECKING:
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 # Same as recontext_engine.loading.EMBEDDED_NAME; repeated so tracing needs no torch import.
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
+# The engine's default question marker (``recontext_engine.split_messages``).
+DEFAULT_QUESTION_MARKER = "Question:"
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
 # ChatReContext fields forwarded to ReplayConfig, and the ReplayConfig name of each.
 _FORWARDED = {
@@ -170,7 +172,8 @@ class ChatReContext(EngineSettings, BaseChatModel):
 
     Unknown constructor arguments are an error, and so are those of hosted clients that mean
     nothing for a local model (``timeout``, ``max_retries``). ``model_name=`` is ``model=``
-    (ChatOpenAI's name), ``max_new_tokens=`` is ``max_tokens=`` (the engine's). ``model_kwargs`` is
+    (ChatOpenAI's name), ``max_new_tokens=`` (the engine's name) is ``max_tokens=``, in the
+    constructor and in a call, as in ``ReContextLLM``. ``model_kwargs`` is
     refused rather than forwarded: it would be a second name for ``replay_options``, with rules for
     which one wins.
     """
@@ -275,7 +278,7 @@ class ChatReContext(EngineSettings, BaseChatModel):
         emit: Callable[[_EvidenceEvent], None],
     ) -> tuple[ReplayStream, MessageSplit]:
         """Start generation: replay over the context if the rule finds one, else plain chat."""
-        kwargs = dict(kwargs)
+        kwargs = renamed(kwargs, self.setting_aliases)  # max_new_tokens= is max_tokens=, per call too
         kwargs.pop("stream", None)  # LangChain's own routing flag
         documents = kwargs.pop("documents", None)
         engine = self.get_engine()
@@ -318,7 +321,7 @@ class ChatReContext(EngineSettings, BaseChatModel):
         stop: list[str] | None,
         kwargs: dict[str, Any],
         emit: Callable[[_EvidenceEvent], None],
-    ) -> Iterator[ChatGenerationChunk]:
+    ) -> Generator[ChatGenerationChunk, None, None]:
         """The answer's chunks; the last one (``chunk_position="last"``) carries usage and metadata."""
         stream, split = self._open(messages, stop, kwargs, emit)
         try:
@@ -341,6 +344,7 @@ class ChatReContext(EngineSettings, BaseChatModel):
     @staticmethod
     def _result(chunks: list[ChatGenerationChunk]) -> ChatResult:
         last = chunks[-1]
+        assert isinstance(last.message, AIMessageChunk)  # _chunks makes nothing else
         meta = last.message.response_metadata
         message = AIMessage(
             content="".join(c.text for c in chunks),
@@ -389,7 +393,7 @@ class ChatReContext(EngineSettings, BaseChatModel):
         stop: list[str] | None,
         run_manager: AsyncCallbackManagerForLLMRun | None,
         kwargs: dict[str, Any],
-    ) -> AsyncIterator[ChatGenerationChunk]:
+    ) -> AsyncGenerator[ChatGenerationChunk, None]:
         # The engine is synchronous: it runs in a worker thread so the event loop stays free.
         manager = _event_manager(run_manager, AsyncCallbackManager) if run_manager else None
         items = iterate_in_thread(lambda emit: self._chunks(messages, stop, kwargs, emit))
@@ -397,6 +401,7 @@ class ChatReContext(EngineSettings, BaseChatModel):
             async for item in items:
                 if isinstance(item, _EvidenceEvent):
                     if manager is not None:
+                        assert run_manager is not None  # the manager is made from it
                         await manager.on_custom_event(EVIDENCE_EVENT, item.data, run_id=run_manager.run_id)
                     else:
                         await _adispatch_in_context(item.data)

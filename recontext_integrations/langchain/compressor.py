@@ -7,9 +7,9 @@ from typing import Literal
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from recontext_engine.messages import clean_text
+from recontext_engine import clean_text
 
 from .selection import EngineSettings, evidence_document, is_evidence, select_evidence, source_of, with_text
 
@@ -33,8 +33,14 @@ class ReContextCompressor(EngineSettings, BaseDocumentCompressor):
     - ``"rerank"``: the documents ordered by ``ReContextEngine.document_scores`` (each read in its
       own prompt, so the order they come in does not matter: the retrieval heads' attention from
       the question minus the null question's, rank-fused with BM25 and the
-      input-embedding similarity by ``lexical_weight``/``semantic_weight``), written
+      input-embedding similarity by the selector's fusion weights), written
       to ``metadata["relevance_score"]``, cut to ``top_n``; documents without text are dropped.
+      No evidence is selected.
+
+    The same ``mode`` and ``top_n`` as LlamaIndex's ``ReContextEvidencePostprocessor``. To rerank
+    and then add evidence, chain two in a ``DocumentCompressorPipeline``:
+    ``[ReContextCompressor(mode="rerank", top_n=3), ReContextCompressor()]`` (same settings: they
+    share the loaded model).
 
     Page contents go to the engine as they are (no regex), form feeds and other control
     characters turned into spaces. Evidence documents from an earlier ReContext step are dropped
@@ -43,7 +49,13 @@ class ReContextCompressor(EngineSettings, BaseDocumentCompressor):
 
     mode: Literal["append", "extract", "rerank"] = "append"
     top_n: int | None = Field(default=None, ge=1)
-    """``rerank``: keep this many documents (None: all)."""
+    """``mode="rerank"``: keep this many documents (None: all); refused with the other modes."""
+
+    @model_validator(mode="after")
+    def _top_n_reranks(self) -> ReContextCompressor:
+        if self.top_n is not None and self.mode != "rerank":
+            raise ValueError(f"top_n= applies to mode='rerank' only (mode is {self.mode!r})")
+        return self
 
     def compress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None

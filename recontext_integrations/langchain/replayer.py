@@ -63,7 +63,9 @@ class ReContextReplayer(EngineSettings, RunnableSerializable[dict[str, Any], dic
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
         """Select evidence for ``input["question"]`` and append it to the documents."""
-        return self._call_with_config(self._replay, input, config, **kwargs)
+        # the ignore: _call_with_config's annotation omits the (input, config) form of ``func`` that the
+        # call_func_with_variable_args it calls accepts (it passes ``config`` to a function that takes it)
+        return self._call_with_config(self._replay, input, config, **kwargs)  # type: ignore[arg-type]
 
 
 def format_replay_prompt(inputs: dict[str, Any], question_template: str | None = None) -> str:
@@ -72,13 +74,12 @@ def format_replay_prompt(inputs: dict[str, Any], question_template: str | None =
     Context documents are numbered as the engine numbers them, the evidence document follows
     them, then the question (``question_template`` must hold ``{question}``; default: the engine's).
     """
-    from recontext_engine.config import DEFAULT_QUESTION_TEMPLATE
-    from recontext_engine.prompt import context_block
+    from recontext_engine import ReplayConfig, context_block
 
     documents = _as_documents(inputs["documents"])
     context = [d.page_content for d in documents if not is_evidence(d)]
     evidence = [d.page_content for d in documents if is_evidence(d)]
     text, _ = context_block(context) if context else ("", [])
-    template = question_template or DEFAULT_QUESTION_TEMPLATE
+    template = question_template or ReplayConfig().question_template
     parts = ["Context:\n" + text, *evidence, template.replace("{question}", inputs["question"])]
     return "\n\n".join(parts)

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from langchain_core.documents import Document
 from pydantic import BaseModel, Field, model_validator
 
-from recontext_engine.messages import clean_text
-from recontext_engine.prompt import render_evidence_block
+from recontext_engine import clean_text, render_evidence_block
 
 from ..common import checked_settings, load_engine, refuse_pickling_an_engine, shared_engine_memo
 

@@ -1,4 +1,11 @@
-"""LlamaIndex adapters over the ReContext engine (needs `pip install recontext[llama-index]`)."""
+"""LlamaIndex adapters over the ReContext engine (needs `pip install recontext[llama-index]`).
+
+``ReContextLLM`` answers with evidence replay; ``ReContextEvidencePostprocessor`` adds evidence to
+(or reranks) the retrieved nodes for any LLM; ``ReContextEvidenceEvent`` is the instrumentation
+event both dispatch. Helpers and constants stay in their modules: ``postprocessor``
+(``evidence_node``, ``sentence_node``, ``EVIDENCE_KEY``, ``SENTENCE_KEY``); the prompt split
+rules are the engine's (``recontext_engine.split_messages``, ``SplitPattern``).
+"""
 
 try:
     import llama_index.core  # noqa: F401
@@ -7,35 +14,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "recontext_integrations.llama_index needs llama-index-core: pip install 'recontext[llama-index]'"
     ) from exc
 
-from recontext_engine.messages import (
-    DEFAULT_SPLIT_PATTERNS,
-    PromptSplit,
-    SplitPattern,
-    clean_text,
-    split_prompt,
-)
-
 from .events import ReContextEvidenceEvent
 from .llm import ReContextLLM
-from .postprocessor import (
-    EVIDENCE_KEY,
-    SENTENCE_KEY,
-    ReContextEvidencePostprocessor,
-    evidence_node,
-    sentence_node,
-)
+from .postprocessor import ReContextEvidencePostprocessor
 
-__all__ = [
-    "DEFAULT_SPLIT_PATTERNS",
-    "EVIDENCE_KEY",
-    "SENTENCE_KEY",
-    "PromptSplit",
-    "ReContextEvidenceEvent",
-    "ReContextEvidencePostprocessor",
-    "ReContextLLM",
-    "SplitPattern",
-    "clean_text",
-    "evidence_node",
-    "sentence_node",
-    "split_prompt",
-]
+__all__ = ["ReContextEvidenceEvent", "ReContextEvidencePostprocessor", "ReContextLLM"]

@@ -20,6 +20,8 @@ class LocalEngine(BaseModel):
     """
 
     setting_aliases: ClassVar[dict[str, str]] = {}
+    # Settings an earlier version took -> what to write now (said in the error that refuses them).
+    replaced_settings: ClassVar[dict[str, str]] = {}
 
     model: str | None = Field(default=None, description="Hub id, local folder or .gguf; None = embedded.")
     heads: str | list[tuple[int, int]] = Field(
@@ -36,7 +38,7 @@ class LocalEngine(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _refuse_unknown_settings(cls, data: Any) -> Any:
-        return checked_settings(data, cls.model_fields, cls.setting_aliases)
+        return checked_settings(data, cls.model_fields, cls.setting_aliases, cls.replaced_settings)
 
     @property
     def engine(self) -> ReContextEngine:

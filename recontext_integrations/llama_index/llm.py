@@ -11,8 +11,7 @@ is answered by plain chat-template generation, without replay (logged once, ``re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import fields
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from llama_index.core.base.llms.types import (
@@ -31,11 +30,14 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 
-from recontext_engine import Evidence, ReContextEngine, ReplayConfig, ReplayResult, ReplayStream
-from recontext_engine.messages import (
-    DEFAULT_QUESTION_MARKER,
+from recontext_engine import (
     DEFAULT_SPLIT_PATTERNS,
+    Evidence,
     MessageSplit,
+    ReContextEngine,
+    ReplayConfig,
+    ReplayResult,
+    ReplayStream,
     SplitPattern,
     chat_messages,
     split_messages,
@@ -46,10 +48,13 @@ from .base import LocalEngine
 from .events import ReContextEvidenceEvent
 
 T = TypeVar("T")
-_CONFIG_FIELDS = frozenset(f.name for f in fields(ReplayConfig))
+_CONFIG_FIELDS = ReplayConfig.option_names()
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _ROLES |= {"model": "assistant", "chatbot": "assistant", "tool": "tool", "function": "tool"}
-QUESTION_MARKERS = (DEFAULT_QUESTION_MARKER, "Query:")
+# The engine's question marker ("Question:") and LlamaIndex's own ("Query:").
+QUESTION_MARKERS = ("Question:", "Query:")
+# Generation settings that are ReContextLLM fields: the field and the ReplayConfig option it sets.
+_GENERATION = {"max_tokens": "max_new_tokens", "temperature": "temperature"}
 dispatcher = get_dispatcher(__name__)
 
 
@@ -57,7 +62,7 @@ def _messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
     return [{"role": _ROLES.get(m.role.value, "user"), "content": m.content or ""} for m in messages]
 
 
-async def _in_thread(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
+async def _in_thread(make: Callable[[], Iterator[T]]) -> AsyncGenerator[T, None]:
     """Iterate a blocking iterator in a worker thread (see ``iterate_in_thread``)."""
     async for item in iterate_in_thread(lambda emit: make()):
         yield item
@@ -72,18 +77,20 @@ class ReContextLLM(LocalEngine, CustomLLM):
     Every prompt goes through the model's chat template. Messages in which the shared rules
     (:mod:`recontext_engine.messages`) find context are answered with evidence replay, and the
     evidence is dispatched as a :class:`ReContextEvidenceEvent` before the first token; anything
-    else by plain generation (a warning the first time). Keyword arguments of a call that name
-    :class:`~recontext_engine.ReplayConfig` fields (``rounds=0``, ``top_k=4``, ``max_new_tokens=32``...)
-    override the settings for that call; other keyword arguments are ignored. ``max_tokens`` (the
-    OpenAI name) is ``max_new_tokens``, in the constructor and in a call. ``context_window`` caps
+    else by plain generation (a warning the first time). ``max_tokens`` caps the answer's length
+    (LlamaIndex OpenAI's and LangChain's name; ``max_new_tokens=``, the engine's, is accepted for
+    it, in the constructor and in a call). Keyword arguments of a call that name these fields
+    (``max_tokens=32``, ``temperature=``) or :class:`~recontext_engine.ReplayConfig` fields
+    (``rounds=0``, ``top_k=4``...) override the settings for that call; other keyword arguments
+    are ignored. ``context_window`` caps
     the window reported in ``metadata`` (LlamaIndex packs prompts to fit it); the model's own is the
     limit when it is smaller. ``additional_kwargs`` and ``raw`` hold ``replayed``, ``split_rule``,
     the evidence (each item with the ``message_index`` it came from), usage and timings.
     """
 
-    setting_aliases: ClassVar[dict[str, str]] = {"max_tokens": "max_new_tokens"}
+    setting_aliases: ClassVar[dict[str, str]] = {"max_new_tokens": "max_tokens"}  # the engine's name
 
-    max_new_tokens: int = Field(default=256, ge=1, description="Tokens to generate at most (num_output).")
+    max_tokens: int = Field(default=256, ge=1, description="Tokens to generate at most (num_output).")
     temperature: float = Field(default=0.0, ge=0.0, description="0 = greedy (deterministic).")
     context_window: int | None = Field(
         default=None, ge=1, description="Cap on metadata.context_window; None: the model's window."
@@ -102,7 +109,7 @@ class ReContextLLM(LocalEngine, CustomLLM):
     @field_validator("replay_options")
     @classmethod
     def _check_options(cls, value: dict[str, Any]) -> dict[str, Any]:
-        own = sorted({"max_new_tokens", "temperature"} & set(value))
+        own = sorted(name for name, option in _GENERATION.items() if {name, option} & set(value))
         if own:
             raise ValueError(f"set {', '.join(own)} as ReContextLLM fields, not in replay_options")
         ReplayConfig().with_options(**value)  # raises ReContextError (a ValueError) on bad options
@@ -118,7 +125,7 @@ class ReContextLLM(LocalEngine, CustomLLM):
         engine = self.engine
         return LLMMetadata(
             context_window=min(engine.context_window, self.context_window or engine.context_window),
-            num_output=self.max_new_tokens,
+            num_output=self.max_tokens,
             is_chat_model=True,
             model_name=engine.model_name or str(self.model or ""),
             system_role=MessageRole.SYSTEM,
@@ -127,12 +134,10 @@ class ReContextLLM(LocalEngine, CustomLLM):
     # -- the engine call ------------------------------------------------------------------
 
     def _config(self, engine: ReContextEngine, kwargs: dict[str, Any]) -> ReplayConfig:
-        options = {
-            **self.replay_options,
-            "max_new_tokens": self.max_new_tokens,
-            "temperature": self.temperature,
-        }
         kwargs = renamed(kwargs, self.setting_aliases)
+        options = dict(self.replay_options)
+        for name, option in _GENERATION.items():
+            options[option] = kwargs.pop(name, getattr(self, name))
         options.update({k: v for k, v in kwargs.items() if k in _CONFIG_FIELDS})
         return engine.default_config.with_options(**options)
 

@@ -7,18 +7,16 @@ The evidence goes to whatever LLM the query engine uses (a hosted API included),
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from llama_index.core.bridge.pydantic import Field, field_validator
+from llama_index.core.bridge.pydantic import Field, field_validator, model_validator
 from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, NodeRelationship, NodeWithScore, QueryBundle, TextNode
 
-from recontext_engine import Evidence, ReContextEngine, ReplayConfig
-from recontext_engine.messages import clean_text
-from recontext_engine.prompt import render_evidence_block
+from recontext_engine import Evidence, ReContextEngine, ReplayConfig, clean_text, render_evidence_block
 
 from ..common import evidence_payload
 from .base import LocalEngine
@@ -75,29 +73,42 @@ def sentence_node(nodes: Sequence[BaseNode], item: Evidence) -> TextNode:
 class ReContextEvidencePostprocessor(LocalEngine, BaseNodePostprocessor):
     """Evidence from the retrieved nodes, chosen by the local model's attention.
 
-    ``mode="append"`` (default) keeps every node and appends one evidence node, last, so it sits
-    next to the question in LlamaIndex's prompts; its metadata ``spans`` (``node_id``,
-    ``char_start``, ``char_end``, ``score``, ``round``) slice back into the source nodes'
-    ``get_content()``. ``mode="extract"`` returns only the evidence: one node per sentence, in the
-    engine's replay order (``ReplayConfig.evidence_order``), scored by attention, with
-    ``source_node_id`` and char offsets in metadata and a SOURCE relationship. With ``rerank=True``
-    the nodes are first reordered by ``ReContextEngine.document_scores`` (each node read in its own
-    prompt, so their order does not matter; attention rank-fused with BM25 and the input-embedding
-    similarity, written to ``NodeWithScore.score``) and cut to ``top_n``; LlamaIndex's
-    ``ReRankStartEvent`` and ``ReRankEndEvent`` (and the legacy RERANKING callback event) are
-    emitted. The selected evidence is dispatched as a :class:`ReContextEvidenceEvent`.
+    ``mode`` (the same choice as LangChain's ``ReContextCompressor``):
+
+    - ``"append"`` (default): every node kept, plus one evidence node, last, so it sits next to
+      the question in LlamaIndex's prompts; its metadata ``spans`` (``node_id``, ``char_start``,
+      ``char_end``, ``score``, ``round``) slice back into the source nodes' ``get_content()``.
+    - ``"extract"``: only the evidence, one node per sentence, in the engine's replay order
+      (``ReplayConfig.evidence_order``), scored by attention, with ``source_node_id`` and char
+      offsets in metadata and a SOURCE relationship.
+    - ``"rerank"``: the nodes reordered by ``ReContextEngine.document_scores`` (each node read in
+      its own prompt, so their order does not matter; attention rank-fused with BM25 and the
+      input-embedding similarity, written to ``NodeWithScore.score``; nodes without text last)
+      and cut to ``top_n``; LlamaIndex's ``ReRankStartEvent`` and ``ReRankEndEvent`` (and the
+      legacy RERANKING callback event) are emitted. No evidence is selected.
+
+    To rerank and then add evidence, chain two, as with any LlamaIndex reranker:
+    ``node_postprocessors=[ReContextEvidencePostprocessor(mode="rerank", top_n=3),
+    ReContextEvidencePostprocessor()]`` (same settings: they share the loaded model). The selected
+    evidence is dispatched as a :class:`ReContextEvidenceEvent`.
 
     Pass a ready ``engine=``, or set ``model``/``heads``/``device`` to load one on first use (shared
     with a ``ReContextLLM`` of the same settings). Node text goes to the engine as it is (no
     regex), control characters such as form feeds turned into spaces.
     """
 
-    mode: Literal["append", "extract"] = Field(
-        default="append", description="'append': nodes + one evidence node; 'extract': one node per sentence."
+    replaced_settings: ClassVar[dict[str, str]] = {
+        "rerank": "write mode='rerank' (with top_n=...); to rerank and then add evidence, chain a "
+        "postprocessor with mode='rerank' and one with mode='append'",
+        "add_evidence": "mode='rerank' selects no evidence; mode='append' or 'extract' does",
+    }
+
+    mode: Literal["append", "extract", "rerank"] = Field(
+        default="append",
+        description="'append': nodes + one evidence node; 'extract': one node per sentence; "
+        "'rerank': nodes by relevance, cut to top_n.",
     )
-    add_evidence: bool = Field(default=True, description="Select evidence (False: rerank only).")
-    rerank: bool = Field(default=False, description="Reorder nodes by relevance (engine.document_scores).")
-    top_n: int | None = Field(default=None, ge=1, description="With rerank: keep this many nodes.")
+    top_n: int | None = Field(default=None, ge=1, description="mode='rerank': nodes to keep (None: all).")
     replay_options: dict[str, Any] = Field(
         default_factory=dict,
         description="ReplayConfig fields for the selection, e.g. {'rounds': 1, 'top_k': 4}.",
@@ -108,6 +119,12 @@ class ReContextEvidencePostprocessor(LocalEngine, BaseNodePostprocessor):
     def _check_options(cls, value: dict[str, Any]) -> dict[str, Any]:
         ReplayConfig().with_options(**value)
         return value
+
+    @model_validator(mode="after")
+    def _top_n_reranks(self) -> ReContextEvidencePostprocessor:
+        if self.top_n is not None and self.mode != "rerank":
+            raise ValueError(f"top_n= applies to mode='rerank' only (mode is {self.mode!r})")
+        return self
 
     @classmethod
     def class_name(cls) -> str:
@@ -127,10 +144,8 @@ class ReContextEvidencePostprocessor(LocalEngine, BaseNodePostprocessor):
         engine = self.engine
         config = engine.default_config.with_options(**self.replay_options)
         question = query_bundle.query_str
-        if self.rerank:
-            nodes = self._rerank(engine, nodes, query_bundle, config)
-        if not self.add_evidence:
-            return nodes
+        if self.mode == "rerank":
+            return self._rerank(engine, nodes, query_bundle, config)
         sources = [n.node for n in nodes if n.node.get_content().strip()]
         if not sources:
             return nodes
@@ -157,7 +172,7 @@ class ReContextEvidencePostprocessor(LocalEngine, BaseNodePostprocessor):
         dispatcher.event(
             ReRankStartEvent(query=query, nodes=nodes, top_n=top_n, model_name=engine.model_name)
         )
-        payload = {EventPayload.NODES: nodes, EventPayload.MODEL_NAME: engine.model_name}
+        payload: dict[str, Any] = {EventPayload.NODES: nodes, EventPayload.MODEL_NAME: engine.model_name}
         with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:
             with_text = [n for n in nodes if n.node.get_content().strip()]
             texts = [clean_text(n.node.get_content()) for n in with_text]

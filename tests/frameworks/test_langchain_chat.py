@@ -14,17 +14,14 @@ from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage  # noqa: E402
 
-from recontext_integrations.langchain import (  # noqa: E402
-    ChatReContext,
-    MessageSplit,
-    ReContextReplayer,
+from recontext_engine import MessageSplit  # noqa: E402
+from recontext_integrations.langchain import ChatReContext, ReContextReplayer  # noqa: E402
+from recontext_integrations.langchain.chat_models import (  # noqa: E402
+    EMBEDDED_MODEL_NAME,
     chat_messages,
-    format_replay_prompt,
-    is_evidence,
     split_messages,
 )
-from recontext_integrations.langchain.chat_models import EMBEDDED_MODEL_NAME  # noqa: E402
-from recontext_integrations.langchain.replayer import EVIDENCE_KIND  # noqa: E402
+from recontext_integrations.langchain.replayer import EVIDENCE_KIND, format_replay_prompt, is_evidence  # noqa: E402
 
 CONTEXT = "Ada lives in Lisbon. Bruno lives in Oslo. Chloe lives in Nairobi. The museum opens at nine."
 QUESTION = "Where does Bruno live?"

@@ -21,13 +21,10 @@ from langchain_core.messages import HumanMessage  # noqa: E402
 from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
 
-from recontext_integrations.langchain import (  # noqa: E402
-    EVIDENCE_EVENT,
-    SENTENCE_KIND,
-    ChatReContext,
-    ReContextCompressor,
-    is_evidence,
-)
+from recontext_integrations.common import EVIDENCE_EVENT  # noqa: E402
+from recontext_integrations.langchain import ChatReContext, ReContextCompressor  # noqa: E402
+from recontext_integrations.langchain.compressor import SENTENCE_KIND  # noqa: E402
+from recontext_integrations.langchain.selection import is_evidence  # noqa: E402
 from tests.frameworks.corpus import CHUNKS, DOCUMENT, FACT, FAST, MAX_TOKENS, QUESTION, holds_fact  # noqa: E402
 
 COOKBOOK = Path(__file__).resolve().parents[2] / "cookbook"

@@ -19,15 +19,10 @@ from llama_index.core.instrumentation.events.llm import LLMChatEndEvent  # noqa:
 from llama_index.core.prompts import chat_prompts, default_prompts  # noqa: E402
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode  # noqa: E402
 
-from recontext_engine import Evidence, ReplayConfig  # noqa: E402
-from recontext_integrations.llama_index import (  # noqa: E402
-    EVIDENCE_KEY,
-    ReContextEvidencePostprocessor,
-    ReContextLLM,
-    SplitPattern,
-    evidence_node,
-    split_prompt,
-)
+from recontext_engine import Evidence, ReplayConfig, SplitPattern  # noqa: E402
+from recontext_engine.messages import split_prompt  # noqa: E402
+from recontext_integrations.llama_index import ReContextEvidencePostprocessor, ReContextLLM  # noqa: E402
+from recontext_integrations.llama_index.postprocessor import EVIDENCE_KEY, evidence_node  # noqa: E402
 
 DOCS = [
     "Alice lives in Paris. She paints old bridges.",
@@ -124,8 +119,8 @@ def test_split_patterns_are_tried_in_order():
 def test_construction_loads_nothing_and_validates():
     started = time.perf_counter()
     for _ in range(10):
-        llm = ReContextLLM(max_new_tokens=16, replay_options=FAST)
-        post = ReContextEvidencePostprocessor(rerank=True, top_n=2)
+        llm = ReContextLLM(max_tokens=16, replay_options=FAST)
+        post = ReContextEvidencePostprocessor(mode="rerank", top_n=2)
     assert time.perf_counter() - started < 1.0
     assert llm._engine is None and post._engine is None
     assert (llm.class_name(), post.class_name()) == ("ReContextLLM", "ReContextEvidencePostprocessor")
@@ -172,7 +167,7 @@ def test_evidence_node_provenance_and_metadata_exclusion():
 
 @pytest.fixture(scope="module")
 def llm(engine):
-    return ReContextLLM(engine=engine, max_new_tokens=8, replay_options=FAST)
+    return ReContextLLM(engine=engine, max_tokens=8, replay_options=FAST)
 
 
 @pytest.fixture(scope="module")
@@ -239,12 +234,12 @@ def test_per_call_overrides(llm, qa_prompt):
 @pytest.mark.model
 def test_plain_chat_and_stream_chat(llm):
     messages = [ChatMessage(role="system", content="You are terse."), ChatMessage(role="user", content=HELLO)]
-    response = llm.chat(messages, max_new_tokens=4)
+    response = llm.chat(messages, max_tokens=4)
     assert response.message.role.value == "assistant" and response.message.content
     assert (
         response.additional_kwargs["split_pattern"] is None and response.additional_kwargs["evidence"] == []
     )
-    chunks = list(llm.stream_chat(messages, max_new_tokens=4))
+    chunks = list(llm.stream_chat(messages, max_tokens=4))
     assert "".join(c.delta for c in chunks) == chunks[-1].message.content == response.message.content
 
 
@@ -260,32 +255,32 @@ async def test_acomplete_does_not_block_the_loop(llm):
 
     task = asyncio.create_task(ticker())
     started = time.perf_counter()
-    response = await llm.acomplete(HELLO, max_new_tokens=4)
+    response = await llm.acomplete(HELLO, max_tokens=4)
     elapsed = time.perf_counter() - started
     task.cancel()
-    assert response.text == llm.complete(HELLO, max_new_tokens=4).text
+    assert response.text == llm.complete(HELLO, max_tokens=4).text
     assert ticks >= min(5, int(elapsed / 0.05))  # the loop kept running while the model worked
 
 
 @pytest.mark.model
 async def test_async_streams_and_achat(llm):
-    stream = await llm.astream_complete(HELLO, max_new_tokens=4)
+    stream = await llm.astream_complete(HELLO, max_tokens=4)
     chunks = [c async for c in stream]
     assert "".join(c.delta for c in chunks) == chunks[-1].text and chunks[-1].additional_kwargs["usage"]
     messages = [ChatMessage(role="user", content=HELLO)]
-    reply = await llm.achat(messages, max_new_tokens=4)
+    reply = await llm.achat(messages, max_tokens=4)
     assert reply.message.content == chunks[-1].text
-    chat_stream = await llm.astream_chat(messages, max_new_tokens=4)
+    chat_stream = await llm.astream_chat(messages, max_tokens=4)
     assert [c.message.content async for c in chat_stream][-1] == reply.message.content
 
 
 @pytest.mark.model
 async def test_async_stream_closed_early_frees_the_engine(llm):
-    stream = await llm.astream_complete(HELLO, max_new_tokens=16)
+    stream = await llm.astream_complete(HELLO, max_tokens=16)
     async for _ in stream:
         break
     await stream.aclose()
-    again = await asyncio.wait_for(llm.acomplete(HELLO, max_new_tokens=2), timeout=120)
+    again = await asyncio.wait_for(llm.acomplete(HELLO, max_tokens=2), timeout=120)
     assert again.additional_kwargs["usage"]["output_tokens"] <= 2
 
 
@@ -310,12 +305,28 @@ def test_postprocessor_keeps_nodes_and_adds_provenance(engine):
 
 @pytest.mark.model
 def test_rerank_follows_attention_mass(engine):
-    post = ReContextEvidencePostprocessor(engine=engine, rerank=True, top_n=2, add_evidence=False)
+    post = ReContextEvidencePostprocessor(engine=engine, mode="rerank", top_n=2)
     out = post.postprocess_nodes(_nodes(), query_str=QUESTION)
     mass = engine.document_scores(DOCS, QUESTION)
     expected = sorted(range(3), key=lambda i: -mass[i])[:2]
     assert [n.node.node_id for n in out] == [f"n{i}" for i in expected]
     assert [n.score for n in out] == pytest.approx([mass[i] for i in expected], abs=1e-5)
+
+
+@pytest.mark.model
+def test_rerank_then_append_by_chaining_two(engine):
+    """Rerank and evidence in one query: two postprocessors, as LangChain's compressor pipeline."""
+    chain = [
+        ReContextEvidencePostprocessor(engine=engine, mode="rerank", top_n=2),
+        ReContextEvidencePostprocessor(engine=engine, replay_options=FAST),
+    ]
+    out = _nodes()
+    for post in chain:
+        out = post.postprocess_nodes(out, query_str=QUESTION)
+    mass = engine.document_scores(DOCS, QUESTION)
+    expected = sorted(range(3), key=lambda i: -mass[i])[:2]
+    assert [n.node.node_id for n in out[:-1]] == [f"n{i}" for i in expected]
+    assert out[-1].node.metadata[EVIDENCE_KEY] is True and "Rome" in out[-1].node.get_content()
 
 
 class _ChatEnds(BaseEventHandler):
@@ -329,7 +340,7 @@ class _ChatEnds(BaseEventHandler):
 @pytest.mark.model
 def test_query_engine_end_to_end(engine):
     nodes = [n.node for n in _nodes()]
-    llm = ReContextLLM(engine=engine, max_new_tokens=8, replay_options=FAST)
+    llm = ReContextLLM(engine=engine, max_tokens=8, replay_options=FAST)
     post = ReContextEvidencePostprocessor(engine=engine, replay_options=FAST)
     query_engine = SummaryIndex(nodes).as_query_engine(llm=llm, node_postprocessors=[post])
     handler = _ChatEnds(responses=[])

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
-from recontext_integrations.llama_index import EVIDENCE_KEY  # noqa: E402
+from recontext_integrations.llama_index.postprocessor import EVIDENCE_KEY  # noqa: E402
 
 COOKBOOK = Path(__file__).resolve().parents[2] / "cookbook"
 

@@ -23,11 +23,11 @@ from llama_index.core.query_engine import CitationQueryEngine  # noqa: E402
 from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, TextNode  # noqa: E402
 
 from recontext_integrations.llama_index import (  # noqa: E402
-    SENTENCE_KEY,
     ReContextEvidenceEvent,
     ReContextEvidencePostprocessor,
     ReContextLLM,
 )
+from recontext_integrations.llama_index.postprocessor import SENTENCE_KEY  # noqa: E402
 from tests.frameworks.corpus import CHUNKS, FACT, FAST, MAX_TOKENS, QUESTION, holds_fact  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def recorder():
 
 @pytest.fixture(scope="module")
 def llm(engine: Any) -> ReContextLLM:
-    return ReContextLLM(engine=engine, max_new_tokens=MAX_TOKENS, replay_options=FAST)
+    return ReContextLLM(engine=engine, max_tokens=MAX_TOKENS, replay_options=FAST)
 
 
 def _nodes() -> list[TextNode]:
@@ -136,7 +136,7 @@ def test_evidence_event_before_the_first_token_and_fallback(
     assert kinds.index(ReContextEvidenceEvent) < kinds.index(LLMChatInProgressEvent)
     event = next(e for e in recorder.events if isinstance(e, ReContextEvidenceEvent))
     assert holds_fact(event.evidence) and event.evidence == chunks[-1].additional_kwargs["evidence"]
-    plain = ReContextLLM(engine=llm.engine, max_new_tokens=2)
+    plain = ReContextLLM(engine=llm.engine, max_tokens=2)
     with caplog.at_level(logging.WARNING, logger="recontext_integrations"):
         first = plain.chat([ChatMessage(role="user", content="Hello")])
         plain.chat([ChatMessage(role="user", content="Hi")])
@@ -167,7 +167,7 @@ def test_postprocessor_extract_mode(engine: Any, recorder: Recorder) -> None:
 
 @pytest.mark.model
 def test_postprocessor_rerank_emits_rerank_events(engine: Any, recorder: Recorder) -> None:
-    post = ReContextEvidencePostprocessor(engine=engine, rerank=True, top_n=2, add_evidence=False)
+    post = ReContextEvidencePostprocessor(engine=engine, mode="rerank", top_n=2)
     out = post.postprocess_nodes([NodeWithScore(node=n) for n in _nodes()], query_str=QUESTION)
     start = next(e for e in recorder.events if isinstance(e, ReRankStartEvent))
     end = next(e for e in recorder.events if isinstance(e, ReRankEndEvent))

@@ -44,7 +44,7 @@ def test_both_frameworks_replay_the_earlier_turn(engine: Any) -> None:
     # message_index counts the system message first: history message 4 (turn 3) is prompt message 5
     assert any(e["text"] == fact.statement and e["message_index"] == 5 for e in evidence), evidence
     _, li_evidence = recipe.llama_index_answer(
-        history, fact.question, engine, max_new_tokens=4, replay_options=settings
+        history, fact.question, engine, max_tokens=4, replay_options=settings
     )
     assert any(e["text"] == fact.statement and e["message_index"] == 5 for e in li_evidence), li_evidence
 
@@ -57,11 +57,11 @@ def test_a_chat_engine_prefills_only_what_each_turn_adds(engine: Any, prefill_co
     prefilled = prefill_counts
     engine.context_cache.clear()
     history = recipe.conversation(recipe.FACTS[0], turns=20)
-    recipe.llama_index_answer(history, "What did I do on Monday?", engine, max_new_tokens=4)
+    recipe.llama_index_answer(history, "What did I do on Monday?", engine, max_tokens=4)
     history += [
         {"role": "user", "content": "What did I do on Monday?"},
         {"role": "assistant", "content": "You walked the dog."},
     ]
-    _, evidence = recipe.llama_index_answer(history, recipe.FACTS[0].question, engine, max_new_tokens=4)
+    _, evidence = recipe.llama_index_answer(history, recipe.FACTS[0].question, engine, max_tokens=4)
     assert prefilled[0] > 300 and prefilled[1] < 40
     assert any(e["text"] == recipe.FACTS[0].statement for e in evidence), evidence

@@ -8,13 +8,15 @@ Construction tests load no model (a stub stands in where an ``engine=`` is neede
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import pickle
+import re
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
@@ -128,9 +130,93 @@ def test_framework_fields_keep_working() -> None:
 def test_openai_names_map_to_the_settings() -> None:
     assert ChatReContext(model_name="my/model").model == "my/model"
     assert ChatReContext(model_name="my/model").model_name == "my/model"
-    assert ChatReContext(max_new_tokens=8).max_tokens == 8
-    assert ReContextLLM(max_tokens=8).max_new_tokens == 8
-    assert ReContextLLM(max_tokens=8).to_dict()["max_new_tokens"] == 8
+    assert ReContextLLM(max_new_tokens=8).to_dict()["max_tokens"] == 8
+
+
+# -- one vocabulary in both integrations (no model) ---------------------------------------------
+
+
+class Captured(Exception):
+    """Raised by ``RecordingEngine`` with the options a call would generate with."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        super().__init__(options)
+        self.options = options
+
+
+class RecordingConfig:
+    """Stands in for ``engine.default_config``: records what ``with_options`` sets."""
+
+    def __init__(self) -> None:
+        self.options: dict[str, Any] = {}
+
+    def with_options(self, **options: Any) -> RecordingConfig:
+        self.options.update(options)
+        return self
+
+
+class RecordingEngine(StubEngine):
+    """A stub engine whose plain chat stops the call and hands back the generation options."""
+
+    def __init__(self) -> None:
+        self.default_config = RecordingConfig()
+
+    def stream_chat(self, messages: Any, config: Any = None, **options: Any) -> Any:
+        raise Captured(config.options if config is not None else options)
+
+
+@pytest.mark.parametrize("name", ["max_tokens", "max_new_tokens"])
+@pytest.mark.parametrize("cls", [ChatReContext, ReContextLLM])
+def test_both_chat_models_take_max_tokens_and_the_engine_name(cls: type, name: str) -> None:
+    assert "max_tokens" in cls.model_fields and "max_new_tokens" not in cls.model_fields
+    assert cls(**{name: 8}).max_tokens == 8
+
+
+@pytest.mark.parametrize("name", ["max_tokens", "max_new_tokens"])
+def test_both_chat_models_take_either_name_per_call(name: str) -> None:
+    with pytest.raises(Captured) as chat_call:
+        ChatReContext(engine=RecordingEngine()).invoke("Hello", **{name: 5})
+    with pytest.raises(Captured) as llm_call:
+        ReContextLLM(engine=RecordingEngine()).complete("Hello", **{name: 5})
+    assert chat_call.value.options["max_new_tokens"] == llm_call.value.options["max_new_tokens"] == 5
+    with pytest.raises(ValueError, match="are the same setting"):
+        ChatReContext(engine=RecordingEngine()).invoke("Hello", max_tokens=5, max_new_tokens=6)
+    with pytest.raises(ValueError, match="are the same setting"):
+        ReContextLLM(engine=RecordingEngine()).complete("Hello", max_tokens=5, max_new_tokens=6)
+
+
+@pytest.mark.parametrize("cls", [ReContextCompressor, ReContextEvidencePostprocessor])
+def test_rerank_is_chosen_the_same_way_in_both_integrations(cls: type) -> None:
+    assert get_args(cls.model_fields["mode"].annotation) == ("append", "extract", "rerank")
+    assert cls.model_fields["mode"].default == "append" and cls.model_fields["top_n"].default is None
+    assert cls(mode="rerank", top_n=2).top_n == 2
+    assert cls(mode="rerank").top_n is None  # all documents, reordered
+    with pytest.raises(ValueError, match="top_n= applies to mode='rerank' only"):
+        cls(mode="extract", top_n=2)
+    with pytest.raises(ValueError, match="did you mean 'mode'"):
+        cls(mod="rerank")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rerank": True, "top_n": 2}, "rerank= was replaced: write mode='rerank'"),
+        ({"add_evidence": False}, "add_evidence= was replaced: mode='rerank' selects no evidence"),
+    ],
+)
+def test_earlier_postprocessor_rerank_settings_say_what_replaced_them(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ReContextEvidencePostprocessor(**kwargs)
+
+
+def test_the_adapters_use_the_engine_question_markers() -> None:
+    from recontext_engine.messages import DEFAULT_QUESTION_MARKER, split_prompt
+    from recontext_integrations.llama_index.llm import QUESTION_MARKERS
+
+    assert ChatReContext().question_marker == DEFAULT_QUESTION_MARKER
+    assert inspect.signature(split_prompt).parameters["question_marker"].default == QUESTION_MARKERS
 
 
 @pytest.mark.parametrize(
@@ -255,7 +341,7 @@ def test_calls_log_no_debug_or_info(engine: Any, info_records: list[logging.LogR
 
 @pytest.mark.model
 def test_llm_call_takes_max_tokens(engine: Any) -> None:
-    llm = ReContextLLM(engine=engine, max_new_tokens=32, replay_options={"rounds": 1, "top_k": 2})
+    llm = ReContextLLM(engine=engine, max_tokens=32, replay_options={"rounds": 1, "top_k": 2})
     response = llm.complete(f"Context:\n{CONTEXT}\n\nQuestion: {QUESTION} Answer at length.", max_tokens=2)
     assert response.raw["usage"]["output_tokens"] <= 2
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recontext_engine import ReplayConfig
+from recontext_engine import AttentionSignal, ReplayConfig
 from recontext_engine.bench.cli import add_arguments, settings_from_args
 from recontext_engine.bench.methods import (
     FULL_METHODS,
@@ -46,7 +46,7 @@ def test_each_round_gets_its_share_of_the_evidence_budget() -> None:
     ctx = MethodContext(engine=None, config=ReplayConfig(), budget=8)
     configs = [recontext_config(ctx, rounds) for rounds in (1, 2, 3)]
     assert [c.top_k for c in configs] == [8, 4, 3] and {c.max_evidence for c in configs} == {8}
-    assert recontext_config(ctx, 2, "recontext-paper").unit == "token"
+    assert recontext_config(ctx, 2, "recontext-paper").selector == AttentionSignal(unit="token")
     tuned = MethodContext(engine=None, config=ReplayConfig(), budget=8, recontext_options={"top_k": 16})
     assert recontext_config(tuned, 2).top_k == 16
 

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from recontext_engine import (
+    AttentionSignal,
+    BM25Signal,
     Evidence,
     HeadSetError,
     InputError,
@@ -18,13 +20,14 @@ from recontext_engine import (
     ReplayConfig,
 )
 from recontext_engine.heads.registry import resolve_heads
+from recontext_engine.selection import SelectionRound
 from tests.documents import filler, planted_document
 
 pytestmark = pytest.mark.model
 
 FACT = "The secret code for the vault is 4172."
 QUESTION = "What is the secret code for the vault?"
-SMALL = ReplayConfig(rounds=2, top_k=4, max_new_tokens=12)
+SMALL = ReplayConfig(rounds=2, top_k=4).with_options(max_new_tokens=12)
 
 
 @pytest.mark.parametrize("depth", [0.1, 0.5, 0.9])
@@ -63,7 +66,7 @@ def test_the_evidence_cue_lets_attention_alone_follow_a_chain(engine) -> None:
 
     # A generated two-hop case whose second hop attention alone misses (found by a seeded search).
     case = generate_case("multi_hop", length=1024, depth=0.25, count_tokens=engine.count_tokens, seed=0)
-    attention = SMALL.with_options(lexical_weight=0.0)
+    attention = SMALL.with_options(selector=AttentionSignal())
     without = engine.select_evidence(case.context, case.question, attention)
     with_cue = engine.select_evidence(case.context, case.question, attention.with_options(evidence_cue=1.0))
     assert evidence_recall(without, case.gold) == 0.5
@@ -85,8 +88,12 @@ def test_later_rounds_query_bm25_with_the_pooled_sentences_that_share_the_questi
         return Evidence(text, 0, start, start + len(text), 1.0, 1)
 
     hop1, hop2 = texts.index(body[5]), texts.index(body[20])
-    first = request.lexical(request.query())
-    fed = request.lexical(request.query([pooled(body[5]), pooled(body[0])]))
+
+    def bm25(evidence: list[Evidence]):
+        return BM25Signal().score(SelectionRound(2, request, evidence, engine.reader, 4))
+
+    first = bm25([])
+    fed = bm25([pooled(body[5]), pooled(body[0])])
     assert float(first[hop2]) == 0.0 < float(fed[hop2])
     ranked = [i for i in torch.argsort(fed, descending=True).tolist() if i != hop1]
     assert ranked[0] == hop2

@@ -47,5 +47,5 @@ def test_the_model_embeddings_rank_a_paraphrase_first_where_bm25_scores_it_zero(
 
 def test_selection_with_the_semantic_signal_replays_the_paraphrase(engine) -> None:
     document = " ".join(_sentences())
-    evidence = engine.select_evidence(document, QUESTION, semantic_weight=1.0, top_k=2)
+    evidence = engine.select_evidence(document, QUESTION, top_k=2)  # the default fuses it
     assert PARAPHRASE in [e.text for e in evidence]

@@ -7,14 +7,14 @@ import random
 import pytest
 
 from recontext_engine import ReContextEngine, ReplayConfig
-from recontext_engine.config import EXTENDING_ORDERS
-from recontext_engine.reads import SeparateReads
+from recontext_engine.reads import BackendView, SeparateReads
+from recontext_engine.selection.pool import EXTENDING_ORDERS
 from tests.documents import filler, planted_document
 
 pytestmark = pytest.mark.model
 
 # Null calibration on: these tests are about its second pass being shared and cached.
-CONFIG = ReplayConfig(rounds=2, top_k=4, max_new_tokens=8, null_calibration=True)
+CONFIG = ReplayConfig(rounds=2, top_k=4).with_options(max_new_tokens=8, null_calibration=True)
 
 
 class _CountingReads(SeparateReads):
@@ -77,18 +77,14 @@ def test_a_second_question_on_the_same_context_reuses_the_null_rows(engine, base
     assert [e.score for e in second] == pytest.approx([e.score for e in cold], rel=1e-4, abs=1e-6)
 
 
-class _Generations:
+class _Generations(BackendView):
     """A view of a backend that records how many suffix tokens each generation computes; with
-    ``crop=False`` it hides ``crop``, so nothing a read pass computed is kept."""
+    ``crop=False`` it cannot crop, so nothing a read pass computed is kept."""
 
     def __init__(self, backend, crop: bool) -> None:
-        self._backend, self._crop = backend, crop
+        super().__init__(backend)
+        self.can_crop = crop
         self.fed: list[int] = []
-
-    def __getattr__(self, name: str):
-        if name == "crop" and not self._crop:
-            raise AttributeError(name)
-        return getattr(self._backend, name)
 
     def generate(self, cache, suffix_ids, config, eos_ids):
         self.fed.append(len(suffix_ids))
@@ -112,7 +108,7 @@ def test_the_generation_goes_on_from_the_kept_evidence_with_the_same_answer(engi
     context, question = CASES[case]
     kept = _Generations(engine.backend, crop=True)
     recomputed = _Generations(engine.backend, crop=False)
-    config = ReplayConfig(rounds=2, top_k=4, max_new_tokens=12).with_options(**options)
+    config = ReplayConfig(rounds=2, top_k=4).with_options(max_new_tokens=12, **options)
     ours = ReContextEngine(kept, engine.tokenizer, engine.heads).answer(context, question, config)
     plain = ReContextEngine(recomputed, engine.tokenizer, engine.heads).answer(context, question, config)
     assert [(e.text, e.round) for e in ours.evidence] == [(e.text, e.round) for e in plain.evidence]

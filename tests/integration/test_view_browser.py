@@ -153,7 +153,9 @@ def run(engine):
         "in March.", f"in March. {NASTY}", 1
     )
     documents = [long, MULTILINGUAL]
-    result = engine.answer(documents, QUESTION, ReplayConfig(rounds=2, top_k=4, max_new_tokens=16))
+    result = engine.answer(
+        documents, QUESTION, ReplayConfig(rounds=2, top_k=4).with_options(max_new_tokens=16)
+    )
     return result, documents
 
 

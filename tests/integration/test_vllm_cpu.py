@@ -41,7 +41,7 @@ CASES = [
 ]
 ROUND_ORDER_SENTENCES = 42  # the context (465 tokens) ends late in a 128-token block: see the test
 # Null calibration on, so the null read and its row cache run on vLLM too (the default skips them).
-CONFIG = ReplayConfig(rounds=2, top_k=4, max_new_tokens=12, null_calibration=True)
+CONFIG = ReplayConfig(rounds=2, top_k=4).with_options(max_new_tokens=12, null_calibration=True)
 
 
 def case_document(index: int) -> str:
@@ -86,10 +86,9 @@ def test_read_rows_equal_the_transformers_readout(engine, vllm_engine):
     want = engine._start(document, question, config)
     got = vllm_engine._start(document, question, config)
     suffix = engine.prompts.suffix(want.prefix, question, [], config).ids
-    rows_t = engine.backend.read(want.cache, len(want.prefix.ids), suffix, engine.heads, config.cue_window)
-    rows_v = vllm_engine.backend.read(
-        got.cache, len(got.prefix.ids), suffix, vllm_engine.heads, config.cue_window
-    )
+    window = config.attention.cue_window
+    rows_t = engine.backend.read(want.cache, len(want.prefix.ids), suffix, engine.heads, window)
+    rows_v = vllm_engine.backend.read(got.cache, len(got.prefix.ids), suffix, vllm_engine.heads, window)
     assert rows_v.shape == rows_t.shape
     assert float((rows_v - rows_t).abs().max()) < 1e-3
 
@@ -141,7 +140,7 @@ def test_in_round_order_the_generation_takes_the_earlier_evidence_from_the_prefi
         "The red door opens at dusk.", sentences=ROUND_ORDER_SENTENCES, depth=0.4, seed=8
     )
     question = "When does the red door open?"
-    config = ReplayConfig(rounds=2, top_k=4, max_new_tokens=8, evidence_order="round")
+    config = ReplayConfig(rounds=2, top_k=4, evidence_order="round").with_options(max_new_tokens=8)
     backend.prefix_hits.clear()
     result = vllm_engine.answer(document, question, config)
     kind, _, cached = backend.prefix_hits[-1]
@@ -163,7 +162,7 @@ def test_salted_retry_when_the_prompt_is_already_cached(engine, vllm_engine):
     ``cue_window`` tokens follow the prompt's last whole block, the cue queries are never computed
     again and the read retries with a fresh cache salt."""
     fact, question, _, _ = CASES[1]
-    config = ReplayConfig(rounds=1, top_k=4, max_new_tokens=4, null_calibration=False)
+    config = ReplayConfig(rounds=1, top_k=4).with_options(max_new_tokens=4)
     block = vllm_engine.backend.llm.llm_engine.vllm_config.cache_config.block_size
     for sentences in range(30, 200):  # a document whose [C; q] prompt ends just after a whole block
         document = planted_document(fact, sentences=sentences, depth=0.4, seed=11)
@@ -171,12 +170,11 @@ def test_salted_retry_when_the_prompt_is_already_cached(engine, vllm_engine):
         length = len(request.prefix.ids) + len(
             vllm_engine.prompts.suffix(request.prefix, question, [], config).ids
         )
-        if length % block < config.cue_window:
+        if length % block < config.attention.cue_window:
             break
     else:
-        pytest.fail(
-            f"no document length leaves fewer than {config.cue_window} tokens after a block of {block}"
-        )
+        window = config.attention.cue_window
+        pytest.fail(f"no document length leaves fewer than {window} tokens after a block of {block}")
     vllm_engine.answer(document, question, config.with_options(rounds=0))  # computes [C; q] entirely
     before = vllm_engine.backend.salted_reads
     got = vllm_engine.select_evidence(document, question, config)  # the read prompt is that same [C; q]

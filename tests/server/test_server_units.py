@@ -139,13 +139,19 @@ def body(**fields) -> ChatCompletionRequest:
 
 def test_request_fields_map_onto_the_replay_config() -> None:
     config = chat_config(
-        ReplayConfig(rounds=2, top_k=4, max_new_tokens=50),
+        ReplayConfig(rounds=2, top_k=4).with_options(max_new_tokens=50),
         body(max_tokens=40, max_completion_tokens=8, stop="END", temperature=0.5, seed=3,
              recontext={"rounds": 1}),
     )  # fmt: skip
-    assert (config.max_new_tokens, config.stop, config.temperature, config.seed) == (8, ("END",), 0.5, 3)
+    generation = config.generation
+    assert (generation.max_new_tokens, generation.stop, generation.temperature, generation.seed) == (
+        8,
+        ("END",),
+        0.5,
+        3,
+    )
     assert (config.rounds, config.top_k) == (1, 4)
-    assert chat_config(ReplayConfig(max_new_tokens=50), body()).max_new_tokens == 50
+    assert chat_config(ReplayConfig().with_options(max_new_tokens=50), body()).generation.max_new_tokens == 50
     with pytest.raises(APIError) as raised:
         # the schema refuses it first; ReplayConfig's own check still names the field
         chat_config(
@@ -222,9 +228,9 @@ def test_fields_the_server_does_not_honour_are_refused_unless_they_change_nothin
 
 
 def test_edge_values_map_to_what_the_engine_can_sample() -> None:
-    greedy = chat_config(ReplayConfig(), body(top_p=0.0, temperature=1.0))
+    greedy = chat_config(ReplayConfig(), body(top_p=0.0, temperature=1.0)).generation
     assert (greedy.temperature, greedy.top_p) == (0.0, 1.0)
-    edge = chat_config(ReplayConfig(), body(temperature=1e-40, seed=2**63 - 1, top_p=1e-30))
+    edge = chat_config(ReplayConfig(), body(temperature=1e-40, seed=2**63 - 1, top_p=1e-30)).generation
     assert (edge.temperature, edge.seed, edge.top_p) == (1e-40, 2**63 - 1, 1e-30)
 
 

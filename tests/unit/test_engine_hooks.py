@@ -14,7 +14,9 @@ from recontext_engine.readout.transformers import TransformersBackend
 from tests.documents import OBJECTS, SUBJECTS, TAILS, VERBS, filler
 from tests.tiny_models import tiny_model
 
-CONFIG = ReplayConfig(rounds=2, top_k=2, max_new_tokens=4, question_template="Question: {question}")
+CONFIG = ReplayConfig(rounds=2, top_k=2, question_template="Question: {question}").with_options(
+    max_new_tokens=4
+)
 QUESTION = "Who repaired the old bridge?"
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from recontext_engine import Evidence, ReplayConfig
-from recontext_engine.controller import EvidencePool, within_margin
 from recontext_engine.errors import ReContextError
+from recontext_engine.selection.pool import EvidencePool, within_margin
 
 
 def test_picks_below_the_margin_of_the_best_are_dropped() -> None:

@@ -10,7 +10,6 @@ import torch
 import transformers
 
 from recontext_engine import HeadSet, HeadSetError, ReplayConfig
-from recontext_engine.controller import select_sentences
 from recontext_engine.heads.calibration import FAMILIES, make_cases
 from recontext_engine.heads.detect import DetectSettings, detect, detect_heads
 from recontext_engine.heads.evaluate import compare_head_sets, lexical_row
@@ -19,11 +18,13 @@ from recontext_engine.heads.metrics import gold_metrics, mean_metrics, sentence_
 from recontext_engine.heads.readouts import CaseReadout, gold_sentence_ids, read_cases
 from recontext_engine.readout.transformers import TransformersBackend
 from recontext_engine.scoring import SCORERS, CueRecurrenceScorer
+from recontext_engine.selection import AttentionSignal
 from recontext_engine.spans import document_sentences
 from tests.planted import HEADS, PLANTED, planted_model, word_tokenizer
+from tests.selection_fakes import select
 
 # The question's key word sits among the last tokens of the prompt with this layout.
-PROMPT = ReplayConfig(question_template="Question: {question}", cue_window=10)
+PROMPT = ReplayConfig(question_template="Question: {question}").with_options(cue_window=10)
 FAMILIES_WITH_KEY_AT_END = ("attribute", "multikey", "two_hop", "prose")
 
 
@@ -184,9 +185,9 @@ def test_sentence_sums_reproduce_the_engine_scores_exactly(name):
     token_sentence = torch.randint(-1, num_sentences, (n,))
     token_sentence[:num_sentences] = torch.arange(num_sentences)  # every sentence present
     chosen = torch.tensor([0, 3, 4])
-    scorer = SCORERS[name].from_config(ReplayConfig(scorer=name))
+    scorer = AttentionSignal(scorer=name).make_scorer()
     engine_tokens = scorer.score(rows[chosen])
-    engine = select_sentences(engine_tokens, token_sentence, num_sentences, "sentence")
+    engine = select(engine_tokens, token_sentence, num_sentences)
     bucket = token_sentence.clone()
     bucket[bucket < 0] = num_sentences
     summed = torch.zeros(heads, w, num_sentences + 1).index_add_(2, bucket, rows)
@@ -330,7 +331,7 @@ def test_flags_become_detect_settings_and_replay_config():
     assert _detect_settings(args) == DetectSettings(
         num_heads=3, num_cases=6, lengths=(120, 200), families=("prose",), selection="top"
     )
-    assert _replay_config(args) == ReplayConfig(scorer="mean", decay=0.5)
+    assert _replay_config(args) == ReplayConfig().with_options(scorer="mean", decay=0.5)
     assert _detect_settings(_parse(add_detect_arguments, [])) == DetectSettings()
 
 

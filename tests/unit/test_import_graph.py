@@ -138,7 +138,7 @@ def test_the_graph_sees_relative_and_function_level_imports() -> None:
     graph = import_graph(module_files())
     assert "recontext_engine.config" in graph["recontext_engine.engine"]  # from .config import ...
     assert "recontext_engine.backends" in graph["recontext_engine.engine"]  # inside from_pretrained
-    assert "recontext_engine.messages" in graph["recontext_integrations.langchain.chat_models"]
+    assert "recontext_engine" in graph["recontext_integrations.langchain.chat_models"]  # absolute
 
 
 def test_finds_a_cycle_when_there_is_one() -> None:
@@ -151,3 +151,36 @@ def test_no_import_cycles(package: str) -> None:
     graph = import_graph(module_files())
     cycles = [cycle for cycle in find_cycles(graph) if cycle[0].split(".")[0] == package]
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def _engine_all() -> set[str]:
+    """``recontext_engine.__all__``, read from the source."""
+    tree = ast.parse((ROOT / "recontext_engine" / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError("recontext_engine/__init__.py defines no __all__")
+
+
+def test_integrations_use_only_exported_engine_names() -> None:
+    """The adapters import ``from recontext_engine import <name in __all__>`` and nothing deeper,
+    type-checking imports included: the engine's modules can move without breaking them."""
+    exported, wrong = _engine_all(), []
+    for name, path in module_files().items():
+        if not name.startswith("recontext_integrations"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                wrong += [
+                    f"{name}: import {a.name}" for a in node.names if a.name.startswith("recontext_engine")
+                ]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                if node.module.startswith("recontext_engine."):
+                    wrong.append(f"{name}: from {node.module} import ...")
+                elif node.module == "recontext_engine":
+                    wrong += [
+                        f"{name}: {a.name} is not exported" for a in node.names if a.name not in exported
+                    ]
+    assert not wrong, "\n".join(wrong)

@@ -21,28 +21,29 @@ EXPECTED_ALL = {
         """
         BackendUnavailableError Evidence HeadSet HeadSetError InputError ModelLoadError
         PromptTooLongError ReContextEngine ReContextError ReplayConfig ReplayResult ReplayStream
-        Usage UnsupportedModelError
+        Usage UnsupportedModelError GenerationConfig
+        AttentionSignal BM25Signal EmbeddingSignal OracleSignal RankFusion Signal
+        DEFAULT_SPLIT_PATTERNS MessageSplit SplitPattern chat_messages clean_text content_text
+        context_block render_evidence_block split_messages
         """
     ),
     "recontext_engine.scoring": _names(
         """
         DEFAULT_SCORER SCORERS CueRecurrenceScorer MeanAttentionScorer Scorer get_scorer
-        register_scorer scorer_for
+        register_scorer
         """
     ),
-    "recontext_integrations.langchain": _names(
+    "recontext_engine.selection": _names(
         """
-        EVIDENCE_EVENT EVIDENCE_KIND SENTENCE_KIND ChatReContext MessageSplit ReContextCompressor
-        ReContextReplayer as_dicts chat_messages format_replay_prompt is_evidence load_engine
-        split_messages
+        SIGNALS AttentionSignal BM25Signal EmbeddingSignal EvidencePool OracleSignal RankFusion
+        SelectionRound Signal attention_settings attention_signal default_selector get_signal
+        pick_sentences register_signal signal_from_dict with_attention
         """
     ),
+    # The integrations export their classes only; helpers and constants stay in their modules.
+    "recontext_integrations.langchain": _names("ChatReContext ReContextCompressor ReContextReplayer"),
     "recontext_integrations.llama_index": _names(
-        """
-        DEFAULT_SPLIT_PATTERNS EVIDENCE_KEY SENTENCE_KEY PromptSplit ReContextEvidenceEvent
-        ReContextEvidencePostprocessor ReContextLLM SplitPattern clean_text evidence_node
-        sentence_node split_prompt
-        """
+        "ReContextEvidenceEvent ReContextEvidencePostprocessor ReContextLLM"
     ),
 }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recontext_engine import ReContextEngine, ReplayConfig
+from recontext_engine import GenerationConfig, ReContextEngine
 from recontext_engine import engine as engine_module
 from recontext_engine.decoding import next_token
 from recontext_engine.errors import PromptTooLongError
@@ -62,6 +62,6 @@ def test_a_generation_cut_by_the_window_finishes_with_length(
 )
 def test_tiny_temperature_or_top_p_samples_the_likeliest_token(temperature: float, top_p: float) -> None:
     logits = torch.tensor([1.0, 3.5, -2.0, 3.4])
-    config = ReplayConfig(temperature=temperature, top_p=top_p, seed=2**64 - 1)
+    config = GenerationConfig(temperature=temperature, top_p=top_p, seed=2**64 - 1)
     generator = torch.Generator().manual_seed(config.seed)
     assert next_token(logits, config, generator) == 1

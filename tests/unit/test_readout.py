@@ -6,6 +6,7 @@ import pytest
 import torch
 import transformers
 
+from recontext_engine import GenerationConfig
 from recontext_engine.errors import UnsupportedModelError
 from recontext_engine.heads.headset import HeadSet
 from recontext_engine.readout.transformers import ReservedLayer, TransformersBackend, cue_attention_rows
@@ -48,14 +49,13 @@ def test_read_pass_restores_the_context_cache_and_stops_early() -> None:
 
 
 def test_generation_grows_the_cache_once_to_what_it_can_use() -> None:
-    from recontext_engine import ReplayConfig
 
     backend = TransformersBackend(tiny_model("llama"))
     cache = backend.prefill(list(range(3, 43)))
     reserve = ReservedLayer.RESERVE
     assert {layer._buffers[0].shape[-2] for layer in cache.layers} == {40 + reserve}
     suffix = [7] * (reserve - 10)  # a long replayed suffix: suffix plus answer pass the reserve
-    config = ReplayConfig(max_new_tokens=30)
+    config = GenerationConfig(max_new_tokens=30)
     before = [layer.keys.clone() for layer in cache.layers]
     tokens = list(backend.generate(cache, suffix, config, eos_ids=set()))
     assert len(tokens) == 30

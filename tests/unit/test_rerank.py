@@ -10,11 +10,13 @@ import torch
 
 from recontext_engine.rerank import (
     fuse,
+    fusion_weights,
     joint_mass,
     read_document,
     reciprocal_ranks,
     semantic_scores,
 )
+from recontext_engine.selection import AttentionSignal, BM25Signal, EmbeddingSignal, RankFusion
 from tests.documents import filler
 from tests.unit.test_engine_hooks import QUESTION, tiny_engine
 
@@ -32,9 +34,9 @@ def _documents() -> list[str]:
 @pytest.mark.parametrize(("lexical_weight", "semantic_weight"), [(0.0, 1.0), (1.0, 0.0), (1.0, 1.0)])
 def test_scores_do_not_depend_on_the_order(engine, lexical_weight, semantic_weight):
     documents = _documents()
-    config = engine.default_config.with_options(
-        lexical_weight=lexical_weight, semantic_weight=semantic_weight
-    )
+    parts = ((AttentionSignal(), 1.0), (BM25Signal(), lexical_weight), (EmbeddingSignal(), semantic_weight))
+    config = engine.default_config.with_options(selector=RankFusion(parts))
+    assert fusion_weights(config.selector) == (lexical_weight, semantic_weight)
     given = engine.document_scores(documents, QUESTION, config)
     order = [2, 0, 3, 1]
     shuffled = engine.document_scores([documents[i] for i in order], QUESTION, config)
@@ -43,7 +45,7 @@ def test_scores_do_not_depend_on_the_order(engine, lexical_weight, semantic_weig
 
 def test_attention_only_is_the_calibrated_mass_of_each_document_alone(engine):
     documents = _documents()
-    config = engine.default_config.with_options(lexical_weight=0.0)
+    config = engine.default_config.with_options(selector=AttentionSignal())
     alone = [read_document(engine, d, QUESTION, config).attention for d in documents]
     assert engine.document_scores(documents, QUESTION, config) == pytest.approx(alone, abs=1e-6)
     # the joint read (the former scores) sees every document in one prompt, in the order given

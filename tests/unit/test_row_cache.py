@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from recontext_engine.heads.headset import HeadSet
+from recontext_engine.protocol import Backend
 from recontext_engine.reads import RowCache, common_start, read_rows, rows_key
 
 HEADS = HeadSet(((0, 1), (2, 3)))
@@ -39,20 +40,35 @@ def test_the_row_cache_evicts_the_least_recently_used() -> None:
     assert cache.get("b") is None and len(cache) == 2
 
 
-class _Backend:
-    """Records read passes; rows encode the suffix so that mix-ups show."""
+class _Backend(Backend):
+    """Records read passes; rows encode the suffix so that mix-ups show. ``branches``: a
+    ``read_branches`` of its own (one call), else the base class's (one read per branch)."""
 
     def __init__(self, branches: bool) -> None:
         self.calls: list[tuple] = []
-        if branches:
-            self.read_branches = self._read_branches
+        self.branches = branches
 
-    def read(self, cache, prefix_len, suffix, heads, cue_window, **keep):
-        self.calls.append(("read", tuple(suffix), prefix_len, *keep))
+    window = 1 << 20
+
+    def new_cache(self):
+        return None
+
+    def prefill(self, ids, cache=None):
+        return cache
+
+    def generate(self, cache, suffix_ids, generation, eos_ids):
+        return iter(())
+
+    def read(self, cache, prefix_len, suffix, heads, cue_window, keep=False):
+        self.calls.append(("read", tuple(suffix), prefix_len, *(["keep"] if keep else [])))
         return torch.tensor([float(sum(suffix))])
 
-    def _read_branches(self, cache, prefix_len, shared, branches, heads, cue_window, **keep):
-        self.calls.append(("branches", tuple(shared), tuple(map(tuple, branches)), prefix_len, *keep))
+    def read_branches(self, cache, prefix_len, shared, branches, heads, cue_window, keep=False):
+        if not self.branches:
+            return super().read_branches(cache, prefix_len, shared, branches, heads, cue_window, keep)
+        self.calls.append(
+            ("branches", tuple(shared), tuple(map(tuple, branches)), prefix_len, *(["keep"] if keep else []))
+        )
         return [torch.tensor([float(sum(shared + b))]) for b in branches]
 
 

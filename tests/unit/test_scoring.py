@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recontext_engine import ReContextEngine, ReContextError, ReplayConfig
-from recontext_engine.controller import EvidencePool, select_sentences
 from recontext_engine.heads.headset import HeadSet
 from recontext_engine.readout.transformers import TransformersBackend
 from recontext_engine.results import Evidence
@@ -22,9 +21,10 @@ from recontext_engine.scoring import (
     Scorer,
     get_scorer,
     register_scorer,
-    scorer_for,
 )
+from recontext_engine.selection import AttentionSignal, EvidencePool, RankFusion, SelectionRound
 from tests.planted import PLANTED, planted_model, word_tokenizer
+from tests.selection_fakes import select
 
 # Every registered scorer, built as a config naming it builds it: the matrix the shared tests run.
 ALL_SCORERS = sorted(SCORERS)
@@ -32,7 +32,7 @@ EXAMPLES = settings(max_examples=25, deadline=None)
 
 
 def _scorer(name: str) -> Scorer:
-    return scorer_for(ReplayConfig(scorer=name))
+    return AttentionSignal(scorer=name).make_scorer()
 
 
 @pytest.fixture(scope="module", params=ALL_SCORERS)
@@ -86,37 +86,39 @@ def planted_engine() -> ReContextEngine:
 
 
 @pytest.mark.parametrize("name", ALL_SCORERS)
-def test_the_engine_scores_with_the_scorer_the_config_names(planted_engine, name: str) -> None:
+def test_the_engine_scores_with_the_scorer_the_selector_names(planted_engine, name: str) -> None:
     context = "Maria lives in Lisbon. Tom keeps a pet cat at home. Ansel plays the violin in a local band."
     question = "Which city does Maria live in?"
-    config = ReplayConfig(scorer=name, rounds=1, top_k=2, lexical_weight=0.0, null_calibration=False)
+    attention = AttentionSignal(scorer=name)
+    config = ReplayConfig(rounds=1, top_k=2, selector=attention)
     by_name = planted_engine.select_evidence(context, question, config)
     request = planted_engine._start(context, question, config)
-    scores, token_sentence = planted_engine._round_scores(request, [])
-    expected = select_sentences(scores, token_sentence, 2, "sentence")
+    read = attention.read(SelectionRound(1, request, [], planted_engine.reader, 2))
+    positions, token_sentence = attention.position_scores(request, read)
+    mass = torch.zeros(request.num_sentences).index_add_(
+        0, token_sentence[token_sentence >= 0], positions[token_sentence >= 0]
+    )
+    best = torch.argsort(mass, descending=True, stable=True)[:2].tolist()
     assert [(e.char_start, e.score) for e in by_name] == sorted(
-        ((request.prefix.sentences[i].start, s) for i, s in expected), key=lambda item: item[0]
+        (request.prefix.sentences[i].start, float(mass[i])) for i in best
     )
-    # ReContextEngine(..., scorer=...) overrides the config's name.
-    override = ReContextEngine(
-        planted_engine.backend, planted_engine.tokenizer, planted_engine.heads, scorer=_scorer(name)
-    )
+    # The flat shortcut sets the selector's attention signal.
     other = next(n for n in ("cue_recurrence", "mean") if n != name)
-    assert override.select_evidence(context, question, config.with_options(scorer=other)) == by_name
+    assert config.with_options(scorer=other).selector == AttentionSignal(scorer=other)
 
 
 # -- the registry ----------------------------------------------------------------------------------
 
 
 def test_default_scorer_is_the_papers_recurrence() -> None:
-    assert ReplayConfig().scorer == DEFAULT_SCORER == "cue_recurrence"
-    assert scorer_for(ReplayConfig(decay=0.5)) == CueRecurrenceScorer(0.5)
-    assert scorer_for(ReplayConfig(scorer="mean")) == MeanAttentionScorer()
+    assert ReplayConfig().attention.scorer == DEFAULT_SCORER == "cue_recurrence"
+    assert AttentionSignal(decay=0.5).make_scorer() == CueRecurrenceScorer(0.5)
+    assert AttentionSignal(scorer="mean").make_scorer() == MeanAttentionScorer()
 
 
 def test_unknown_scorer_names_are_one_clear_error() -> None:
     with pytest.raises(ReContextError, match="unknown scorer 'max'; choose from cue_recurrence, mean"):
-        ReplayConfig(scorer="max")
+        AttentionSignal(scorer="max")
     with pytest.raises(ReContextError, match="unknown scorer"):
         ReplayConfig().with_options(scorer="max")
 
@@ -132,7 +134,9 @@ def test_a_registered_scorer_is_usable_by_name_and_in_the_cli_choices() -> None:
 
     try:
         rows = torch.tensor([[[0.9, 0.1], [0.2, 0.8]]])
-        assert scorer_for(ReplayConfig(scorer="last_token")).score(rows).tolist() == pytest.approx([0.2, 0.8])
+        assert AttentionSignal(scorer="last_token").make_scorer().score(rows).tolist() == pytest.approx(
+            [0.2, 0.8]
+        )
         args = build_parser().parse_args(["heads", "detect", "--scorer", "last_token"])
         assert args.scorer == "last_token"
         with pytest.raises(ReContextError, match="already registered"):
@@ -181,7 +185,7 @@ def test_decay_zero_keeps_only_the_last_cue_token() -> None:
 def test_token_unit_maps_top_positions_to_sentences_without_duplicates() -> None:
     scores = torch.tensor([0.1, 0.9, 0.8, 0.05, 0.7, 0.3])
     token_sentence = torch.tensor([0, 1, 1, -1, 2, 2])
-    picked = select_sentences(scores, token_sentence, top_k=3, unit="token")
+    picked = select(scores, token_sentence, 3, "token")
     assert [s for s, _ in picked] == [1, 2]  # positions 1, 2 -> sentence 1; position 4 -> sentence 2
     assert picked[0][1] == scores[1].item()
 
@@ -189,9 +193,9 @@ def test_token_unit_maps_top_positions_to_sentences_without_duplicates() -> None
 def test_sentence_unit_ranks_by_summed_mass_and_skips_unmapped_positions() -> None:
     scores = torch.tensor([0.5, 0.2, 0.2, 9.0, 0.3])
     token_sentence = torch.tensor([0, 1, 1, -1, 2])
-    picked = select_sentences(scores, token_sentence, top_k=2, unit="sentence")
+    picked = select(scores, token_sentence, 2)
     assert [s for s, _ in picked] == [0, 1]
-    assert select_sentences(scores, torch.full((5,), -1), top_k=2, unit="sentence") == []
+    assert select(scores, torch.full((5,), -1), 2) == []
 
 
 def _evidence(sentence_id: int, round_index: int = 1) -> Evidence:
@@ -225,7 +229,7 @@ def test_selection_returns_known_sentences_only(values: list[float], k: int, dat
     n = len(values)
     token_sentence = torch.tensor(data.draw(st.lists(st.integers(-1, 5), min_size=n, max_size=n)))
     for unit in ("token", "sentence"):
-        picked = select_sentences(torch.tensor(values), token_sentence, k, unit)
+        picked = select(torch.tensor(values), token_sentence, k, unit)
         ids = [s for s, _ in picked]
         assert len(ids) == len(set(ids)) <= k
         assert set(ids) <= set(token_sentence[token_sentence >= 0].tolist())
@@ -235,35 +239,35 @@ def test_hybrid_fuses_attention_and_lexical_ranks() -> None:
     scores = torch.tensor([0.9, 0.1, 0.5, 0.0, 0.3])
     token_sentence = torch.tensor([0, 1, 2, 3, 4])
     lexical = torch.tensor([0.0, 0.0, 0.0, 5.0, 4.0])
-    attention_only = select_sentences(scores, token_sentence, 2, "sentence")
-    fused = select_sentences(scores, token_sentence, 2, "sentence", lexical, lexical_weight=1.0)
+    attention_only = select(scores, token_sentence, 2)
+    fused = select(scores, token_sentence, 2, lexical=lexical)
     assert [s for s, _ in attention_only] == [0, 2]
     # Good in both lists beats best in one: 4 (3rd by attention, 2nd by BM25), then 3 (last, 1st).
     assert [s for s, _ in fused] == [4, 3]
     # Sentences with no query word earn no lexical credit, so BM25 zeros leave attention's order.
-    no_words = select_sentences(scores, token_sentence, 5, "sentence", torch.zeros(5), lexical_weight=1.0)
+    no_words = select(scores, token_sentence, 5, lexical=torch.zeros(5))
     assert [s for s, _ in no_words] == [0, 2, 4, 1, 3]
-    assert select_sentences(scores, token_sentence, 2, "token", lexical, 1.0) == select_sentences(
-        scores, token_sentence, 2, "token"
-    )
+    # The token rule picks positions, not sentences: it selects alone, never in a fusion.
+    with pytest.raises(ReContextError, match="token unit"):
+        RankFusion(((AttentionSignal(unit="token"), 1.0), (AttentionSignal(), 1.0)))
 
 
 def test_excluded_sentences_are_not_picked_again() -> None:
     scores = torch.tensor([0.9, 0.1, 0.5, 0.0, 0.3])
     token_sentence = torch.tensor([0, 1, 2, 3, 4])
     lexical = torch.tensor([0.0, 0.0, 0.0, 5.0, 4.0])
-    picked = select_sentences(scores, token_sentence, 2, "sentence", lexical, 1.0, exclude=[0, 4])
+    picked = select(scores, token_sentence, 2, lexical=lexical, exclude=[0, 4])
     assert [s for s, _ in picked] == [3, 2]
-    assert select_sentences(scores, token_sentence, 9, "sentence", exclude=range(5)) == []
+    assert select(scores, token_sentence, 9, exclude=range(5)) == []
 
 
 def test_a_repeated_text_is_picked_once_and_not_at_all_when_the_pool_holds_a_copy() -> None:
     scores = torch.tensor([0.9, 0.8, 0.7, 0.2, 0.1])
     token_sentence = torch.tensor([0, 1, 2, 3, 4])
     first_copy = torch.tensor([0, 0, 2, 0, 4])  # sentences 0, 1 and 3 read the same
-    picked = select_sentences(scores, token_sentence, 3, "sentence", first_copy=first_copy)
+    picked = select(scores, token_sentence, 3, first_copy=first_copy)
     assert [s for s, _ in picked] == [0, 2, 4]  # the best copy, then the next distinct texts
-    later = select_sentences(scores, token_sentence, 3, "sentence", exclude=[3], first_copy=first_copy)
+    later = select(scores, token_sentence, 3, exclude=[3], first_copy=first_copy)
     assert [s for s, _ in later] == [2, 4]
 
 

@@ -7,10 +7,10 @@ import warnings
 import pytest
 import torch
 
-from recontext_engine import ReplayConfig
-from recontext_engine.controller import select_sentences
 from recontext_engine.errors import ReContextError
+from recontext_engine.selection import AttentionSignal, EmbeddingSignal, RankFusion
 from recontext_engine.semantic import EmbeddingIndex, embedding_scores
+from tests.selection_fakes import select
 
 # Token 1 and 2 are near synonyms, 3 and 4 are unrelated, 5 is everywhere (a common word).
 EMBEDDINGS = torch.tensor(
@@ -45,17 +45,15 @@ def test_the_semantic_ranks_join_the_fusion_only_with_a_weight() -> None:
     token_sentence = torch.tensor([0, 1, 2])
     attention = torch.tensor([0.5, 0.3, 0.2])
     semantic = torch.tensor([0.1, 0.2, 0.9])
-    alone = select_sentences(attention, token_sentence, 1, "sentence", semantic=semantic)
-    weighted = select_sentences(
-        attention, token_sentence, 1, "sentence", semantic=semantic, semantic_weight=2.0
-    )
+    alone = select(attention, token_sentence, 1, semantic=semantic)
+    weighted = select(attention, token_sentence, 1, semantic=semantic, weights=(1.0, 2.0))
     assert alone[0][0] == 0
     assert weighted[0][0] == 2
 
 
-def test_the_config_refuses_a_negative_semantic_weight() -> None:
-    with pytest.raises(ReContextError, match="semantic_weight"):
-        ReplayConfig(semantic_weight=-1.0)
+def test_a_fusion_refuses_a_negative_weight() -> None:
+    with pytest.raises(ReContextError, match="weights must be >= 0"):
+        RankFusion(((AttentionSignal(), 1.0), (EmbeddingSignal(), -1.0)))
 
 
 def _tiny_checkpoint(folder, shard: bool):

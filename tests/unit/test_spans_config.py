@@ -146,10 +146,6 @@ def test_documents_must_be_present_and_non_empty() -> None:
         {"rounds": -1},
         {"rounds": 9},
         {"top_k": 0},
-        {"cue_window": 0},
-        {"decay": 1.5},
-        {"candidates": "all"},
-        {"unit": "word"},
         {"evidence_template": "no slot"},
         {"temperature": -1.0},
         {"top_p": 0.0},
@@ -157,20 +153,20 @@ def test_documents_must_be_present_and_non_empty() -> None:
         {"evidence_order": "random"},
         {"temperature": float("inf")},
         {"top_p": float("nan")},
-        {"lexical_weight": float("inf")},
+        {"max_evidence": -1},
         {"seed": 2**64},
         {"seed": -(2**63) - 1},
     ],
 )
 def test_config_rejects_out_of_range_values(options) -> None:
     with pytest.raises(ReContextError):
-        ReplayConfig(**options)
+        ReplayConfig().with_options(**options)
 
 
 def test_config_round_trips_and_refuses_unknown_options() -> None:
-    config = ReplayConfig(rounds=3, top_k=4, stop=["\n"])
+    config = ReplayConfig(rounds=3, top_k=4).with_options(stop=["\n"], null_calibration=True)
     assert ReplayConfig.from_dict(config.to_dict()) == config
-    assert config.stop == ("\n",)
+    assert config.generation.stop == ("\n",)
     assert config.pool_limit == 12
     with pytest.raises(ReContextError, match="unknown ReplayConfig option"):
         config.with_options(roundz=1)

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from recontext_engine import BackendUnavailableError, ReContextEngine, ReplayConfig
+from recontext_engine import BackendUnavailableError, GenerationConfig, ReContextEngine
 from recontext_engine.backends import create_backend
 from recontext_engine.errors import ReContextError, UnsupportedModelError
 from recontext_engine.readout.paged import scatter_to_paged
@@ -67,11 +67,12 @@ def test_registry_resolves_names_lazily_and_refuses_duplicates():
 
 
 def test_both_backends_satisfy_the_protocol():
-    from recontext_engine.protocol import Backend, BatchBackend
+    from recontext_engine.protocol import Backend
     from tests.paged_helpers import backend as tiny_backend
 
     transformers_backend = tiny_backend("llama")
-    assert isinstance(transformers_backend, Backend) and not isinstance(transformers_backend, BatchBackend)
+    assert isinstance(transformers_backend, Backend) and not transformers_backend.batches
+    assert transformers_backend.can_crop
     assert transformers_backend.eos_ids == {2}
     vllm_backend = VLLMBackend(
         fake_llm(CountingEngine()),
@@ -80,7 +81,7 @@ def test_both_backends_satisfy_the_protocol():
         tokens_prompt=dict,
         window=64,
     )
-    assert isinstance(vllm_backend, BatchBackend)
+    assert isinstance(vllm_backend, Backend) and vllm_backend.batches and not vllm_backend.can_crop
 
 
 # -- availability, options ------------------------------------------------------------------------
@@ -201,9 +202,9 @@ def test_engine_arguments_reject_conflicts(kwargs, match):
 
 
 def test_sampling_arguments():
-    greedy = sampling_arguments(ReplayConfig(temperature=0.0, top_p=0.5), {2, 7}, 32)
+    greedy = sampling_arguments(GenerationConfig(temperature=0.0, top_p=0.5), {2, 7}, 32)
     assert greedy == {"max_tokens": 32, "stop_token_ids": [2, 7], "detokenize": False, "temperature": 0.0}
-    sampled = sampling_arguments(ReplayConfig(temperature=0.7, top_p=0.9, seed=5), [2], 0, stop=("\n\n",))
+    sampled = sampling_arguments(GenerationConfig(temperature=0.7, top_p=0.9, seed=5), [2], 0, stop=("\n\n",))
     assert sampled == {
         "max_tokens": 1,
         "stop_token_ids": [2],
@@ -600,14 +601,14 @@ def test_backend_generation_on_the_router():
     )
     assert backend.eos_ids == {9, 60}
     cache = backend.prefill([1, 2])
-    config = ReplayConfig(max_new_tokens=10)
+    config = GenerationConfig(max_new_tokens=10)
     assert list(backend.generate(cache, [5], config, {9})) == [6, 7, 8]  # stops before the end token
     assert backend.generate_batch([[1, 2, 5], [50]], config) == [
         [6, 7, 8],
         [51, 52, 53, 54, 55, 56, 57, 58, 59],
     ]
     long = list(
-        backend.generate(backend.prefill(list(range(60))), [5], ReplayConfig(max_new_tokens=10), set())
+        backend.generate(backend.prefill(list(range(60))), [5], GenerationConfig(max_new_tokens=10), set())
     )
     assert long == [6, 7, 8]  # the window leaves room for three tokens
     with pytest.raises(ReContextError, match="window"):
@@ -723,7 +724,7 @@ def test_interleaved_streams_and_batch_match_one_at_a_time(vllm_engine):
     for q in questions:
         request = vllm_engine._start(CONTEXT, q, config)
         prompts.append(request.prefix.ids + vllm_engine.prompts.suffix(request.prefix, q, [], config).ids)
-    batch = vllm_engine.backend.generate_batch(prompts, config)
+    batch = vllm_engine.backend.generate_batch(prompts, config.generation)
     assert [vllm_engine.tokenizer.decode(t, skip_special_tokens=True) for t in batch] == alone
 
 

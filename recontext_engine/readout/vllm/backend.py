@@ -11,9 +11,10 @@ from typing import Any
 
 import torch
 
-from ...config import ReplayConfig
+from ...config import GenerationConfig
 from ...errors import PromptTooLongError, ReContextError, UnsupportedModelError
 from ...heads.headset import HeadSet
+from ...protocol import Backend
 from .options import DEFAULT_READOUT, check_readout, sampling_arguments
 from .router import RequestRouter, new_token_ids
 
@@ -37,7 +38,7 @@ class VLLMCache:
     readout_cache: Any = None
 
 
-class VLLMBackend:
+class VLLMBackend(Backend):
     """Prefill, read passes and generation for the engine, on a ``vllm.LLM``.
 
     ``lock`` serializes engine steps; a paged read also waits until no other request runs, so the
@@ -45,6 +46,7 @@ class VLLMBackend:
     """
 
     name = "vllm"
+    batches = True
     RECENT_READS = 8  # rows of the last reads, kept: a repeated read would hit the prefix cache
 
     def __init__(
@@ -68,15 +70,19 @@ class VLLMBackend:
         self.lock = threading.RLock()
         self.router = RequestRouter(llm.llm_engine, self.lock)
         if sampling_params is None:
-            from vllm import SamplingParams as sampling_params
+            from vllm import SamplingParams
+
+            sampling_params = SamplingParams
         if tokens_prompt is None:
-            from vllm.inputs import TokensPrompt as tokens_prompt
+            from vllm.inputs import TokensPrompt
+
+            tokens_prompt = TokensPrompt
         self._sampling_params = sampling_params
         self._prompt = tokens_prompt
         self._window = window
         eos = getattr(model.generation_config, "eos_token_id", None)
         eos = eos if eos is not None else getattr(model.config, "eos_token_id", None)
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+        self._eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         self._installed = False
         self._embeddings: torch.Tensor | None = None
         self._recent: OrderedDict[tuple, torch.Tensor] = OrderedDict()
@@ -85,7 +91,7 @@ class VLLMBackend:
         self.prefix_hits: deque[tuple[str, int, int]] = deque(maxlen=64)
 
     def input_embeddings(self) -> torch.Tensor | None:
-        """The (vocab, dim) input embeddings (``ReplayConfig.semantic_weight``): the transformers
+        """The (vocab, dim) input embeddings (the embedding signal): the transformers
         readout's, else read once from the checkpoint; None without either."""
         if self.transformers_backend is not None:
             return self.transformers_backend.input_embeddings()
@@ -96,6 +102,11 @@ class VLLMBackend:
                 self.model.source, self.model.config, self.model.revision
             )
         return self._embeddings
+
+    @property
+    def eos_ids(self) -> set[int]:
+        """End-of-sequence token ids from the model's generation config."""
+        return self._eos_ids
 
     @property
     def window(self) -> int:
@@ -117,9 +128,16 @@ class VLLMBackend:
         return cache
 
     def read(
-        self, cache: VLLMCache, prefix_len: int, suffix_ids: list[int], heads: HeadSet, cue_window: int
+        self,
+        cache: VLLMCache,
+        prefix_len: int,
+        suffix_ids: list[int],
+        heads: HeadSet,
+        cue_window: int,
+        keep: bool = False,
     ) -> torch.Tensor:
-        """(len(heads), w, prefix_len + len(suffix_ids)) float32 cue rows, as the transformers backend."""
+        """(len(heads), w, prefix_len + len(suffix_ids)) float32 cue rows, as the transformers backend
+        (``keep`` is ignored: vLLM keeps the blocks in its own prefix cache)."""
         total = prefix_len + len(suffix_ids)
         if total > self.window:
             raise PromptTooLongError(f"prompt of {total} tokens exceeds the model window of {self.window}")
@@ -180,7 +198,7 @@ class VLLMBackend:
         )
 
     def generate(
-        self, cache: VLLMCache, suffix_ids: list[int], config: ReplayConfig, eos_ids: set[int]
+        self, cache: VLLMCache, suffix_ids: list[int], generation: GenerationConfig, eos_ids: set[int]
     ) -> Iterator[int]:
         """Generate after ``[context; suffix]``; yields token ids as vLLM produces them."""
         ids = list(cache.prefix_ids) + list(suffix_ids)
@@ -190,7 +208,7 @@ class VLLMBackend:
                 f"prompt of {len(ids)} tokens leaves no room in the model window of {self.window}"
             )
         params = self._sampling_params(
-            **sampling_arguments(config, eos_ids, min(config.max_new_tokens, room))
+            **sampling_arguments(generation, eos_ids, min(generation.max_new_tokens, room))
         )
         request_id = self.router.add(self._prompt(prompt_token_ids=ids), params)
         seen, finished = 0, False
@@ -210,7 +228,10 @@ class VLLMBackend:
                 self.router.abort(request_id)
 
     def generate_batch(
-        self, prompts: Sequence[Sequence[int]], config: ReplayConfig, eos_ids: Iterable[int] | None = None
+        self,
+        prompts: Sequence[Sequence[int]],
+        generation: GenerationConfig,
+        eos_ids: Iterable[int] | None = None,
     ) -> list[list[int]]:
         """Greedy or sampled continuations of many prompts in one vLLM batch; end tokens dropped."""
         eos = set(self.eos_ids if eos_ids is None else eos_ids)
@@ -221,7 +242,7 @@ class VLLMBackend:
                 raise PromptTooLongError(
                     f"prompt of {len(ids)} tokens leaves no room in the model window of {self.window}"
                 )
-            args = sampling_arguments(config, eos, min(config.max_new_tokens, room), config.stop)
+            args = sampling_arguments(generation, eos, min(generation.max_new_tokens, room), generation.stop)
             request_ids.append(
                 self.router.add(self._prompt(prompt_token_ids=list(ids)), self._sampling_params(**args))
             )

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from ..paged import paged_cue_rows
+from .layouts import PackedKeys
 
 
 class WorkerCapture:
@@ -42,7 +43,7 @@ class WorkerCapture:
         layer: int,
         head_offset: int,
         query: torch.Tensor,
-        key_cache: torch.Tensor,
+        key_cache: torch.Tensor | PackedKeys,
         query_start_loc: list[int],
         seq_lens: list[int],
         block_table: torch.Tensor,

@@ -1,5 +1,5 @@
 """The model's input embeddings, read from its checkpoint: vLLM keeps its copy of the weights in its
-engine process, and the engine's semantic signal (``ReplayConfig.semantic_weight``) needs them here."""
+engine process, and the engine's semantic signal (the embedding signal) needs them here."""
 
 from __future__ import annotations
 

@@ -86,27 +86,33 @@ def cpu_key_order(
     return order
 
 
-def _cpu(kv: torch.Tensor, kv_heads: int, head_size: int, order: torch.Tensor | None = None):
+def _cpu(kv: torch.Tensor, kv_heads: int, head_size: int, order: torch.Tensor | None = None) -> PackedKeys:
     blocks, heads, block_size, _ = kv.shape
     if order is None:  # keys stored plainly, (block_size, head_dim) per (block, head)
         order = torch.arange(block_size * head_size).view(block_size, head_size)
     return PackedKeys(kv.view(blocks, heads, 2, block_size * head_size)[:, :, 0], order)
 
 
-def _heads_tokens_kv(kv: torch.Tensor, kv_heads: int, head_size: int, order=None) -> torch.Tensor:
+def _heads_tokens_kv(
+    kv: torch.Tensor, kv_heads: int, head_size: int, order: torch.Tensor | None = None
+) -> torch.Tensor:
     return kv.transpose(1, 2)[..., :head_size]
 
 
-def _blocks_2(kv: torch.Tensor, kv_heads: int, head_size: int, order=None) -> torch.Tensor:
+def _blocks_2(
+    kv: torch.Tensor, kv_heads: int, head_size: int, order: torch.Tensor | None = None
+) -> torch.Tensor:
     return kv[:, 0]
 
 
-def _2_blocks(kv: torch.Tensor, kv_heads: int, head_size: int, order=None) -> torch.Tensor:
+def _2_blocks(
+    kv: torch.Tensor, kv_heads: int, head_size: int, order: torch.Tensor | None = None
+) -> torch.Tensor:
     return kv[0]
 
 
 # name -> (does the shape fit, reader); the shape test takes (shape, kv_heads, head_size).
-LAYOUTS: dict[str, tuple[Callable[..., bool], Callable[..., torch.Tensor]]] = {
+LAYOUTS: dict[str, tuple[Callable[..., bool], Callable[..., torch.Tensor | PackedKeys]]] = {
     "cpu": (lambda s, h, d: len(s) == 4 and s[1] == h and s[3] == 2 * d, _cpu),
     "heads_tokens_kv": (lambda s, h, d: len(s) == 4 and s[1] == h and s[3] == 2 * d, _heads_tokens_kv),
     "blocks_2": (lambda s, h, d: len(s) == 5 and s[1] == 2 and tuple(s[3:]) == (h, d), _blocks_2),

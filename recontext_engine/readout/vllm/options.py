@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...config import ReplayConfig
+from ...config import GenerationConfig
 from ...errors import ReContextError
 
 SUPPORTED_VLLM = ">=0.11,<0.34"
@@ -140,7 +140,7 @@ def engine_arguments(
 
 
 def sampling_arguments(
-    config: ReplayConfig, eos_ids: Iterable[int], max_tokens: int, stop: Sequence[str] = ()
+    config: GenerationConfig, eos_ids: Iterable[int], max_tokens: int, stop: Sequence[str] = ()
 ) -> dict[str, Any]:
     """Keyword arguments for ``vllm.SamplingParams``: greedy at temperature 0, else seeded sampling."""
     args: dict[str, Any] = {

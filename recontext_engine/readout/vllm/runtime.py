@@ -92,7 +92,12 @@ def create_vllm_runtime(model: str | None, **options: Any) -> Runtime:
     else:
         config = AutoConfig.from_pretrained(folder, revision=ours.get("revision"))
         try:
-            generation_config = GenerationConfig.from_pretrained(folder, revision=ours.get("revision"))
+            # the ignore: transformers annotates ``revision: str = "main"``, yet passes it on to
+            # resolve_revision, for which None is the repository's default branch (not always main)
+            generation_config = GenerationConfig.from_pretrained(
+                folder,
+                revision=ours.get("revision"),  # type: ignore[arg-type]
+            )
         except OSError:
             generation_config = GenerationConfig.from_model_config(config)
     llm = vllm.LLM(**args)

@@ -8,8 +8,10 @@ so they cross vLLM's process boundary without pickling code.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
+
+import torch
 
 from ...errors import UnsupportedModelError
 from .capture import WorkerCapture
@@ -49,6 +51,8 @@ class ReadoutWorkerExtension:
     ``forward(layer, query, key, value, kv_cache, attn_metadata, ...)``. The step's keys are in
     ``kv_cache`` by then (vLLM writes them first); an armed capture then scores the cue queries.
     """
+
+    model_runner: Any  # vLLM's worker, which this class is mixed into, provides it
 
     def _recontext_capture(self) -> WorkerCapture:
         state = getattr(self, "_recontext_state", None)
@@ -113,7 +117,7 @@ def install_capture(modules: Iterable[tuple[str, Any]], state: WorkerCapture, ra
     return sorted(set(layers))
 
 
-def _cpu_order(layer: Any, dtype: Any, block_size: int, head_size: int):
+def _cpu_order(layer: Any, dtype: Any, block_size: int, head_size: int) -> torch.Tensor | None:
     """The CPU kernel's key packing for this layer's instruction set (``layer.isa``)."""
     from vllm import _custom_ops as ops
 
@@ -121,13 +125,21 @@ def _cpu_order(layer: Any, dtype: Any, block_size: int, head_size: int):
     if isa is None:
         return None  # a CPU backend without per-ISA packing: keys stored plainly
 
-    def write(key, value, key_cache, value_cache, slots):
+    def write(
+        key: torch.Tensor,
+        value: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> None:
         ops.cpu_attn_reshape_and_cache(key, value, key_cache, value_cache, slots, isa)
 
     return cpu_key_order(write, dtype, block_size, head_size)
 
 
-def _wrap_forward(impl: Any, original: Any, state: WorkerCapture, index: int, head_offset: int):
+def _wrap_forward(
+    impl: Any, original: Any, state: WorkerCapture, index: int, head_offset: int
+) -> Callable[..., Any]:
     found: dict[str, Any] = {}  # the layout (and the CPU kernel's key order), at the first captured step
 
     def forward(layer, query, key, value, kv_cache, attn_metadata, *args, **kwargs):

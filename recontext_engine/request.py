@@ -1,0 +1,94 @@
+"""One call's state: its prompt prefix, its KV cache, its timings and what selection derives from them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .language import documents_language
+from .lexical import bm25_scores, connected_sentences
+from .prompt import Prefix
+from .results import Evidence
+from .semantic import EmbeddingIndex
+
+if TYPE_CHECKING:
+    from .config import ReplayConfig
+
+
+@dataclass
+class Request:
+    """One call's state: its prefix, its own KV cache and its timings."""
+
+    prefix: Prefix
+    question: str
+    config: ReplayConfig
+    cache: Any
+    timings: dict[str, float] = field(default_factory=dict)
+    kept: list[int] = field(default_factory=list)  # suffix ids a read pass left in the cache
+    cached_tokens: int = 0  # prefix tokens whose KV came from the context cache
+    _embedding_index: EmbeddingIndex | None = None
+
+    @cached_property
+    def sentence_texts(self) -> list[str]:
+        documents = self.prefix.documents
+        return [documents[s.doc_index][s.start : s.end] for s in self.prefix.sentences]
+
+    @cached_property
+    def sentence_key(self) -> dict[tuple[int, int, int], int]:
+        """Sentence id by ``(doc_index, start, end)``."""
+        return {(s.doc_index, s.start, s.end): i for i, s in enumerate(self.prefix.sentences)}
+
+    @cached_property
+    def num_sentences(self) -> int:
+        """Sentences a signal scores: up to the last one that holds a context token."""
+        token_sentence = self.prefix.token_sentence
+        return int(token_sentence.max()) + 1 if bool((token_sentence >= 0).any()) else 0
+
+    @cached_property
+    def present(self) -> torch.Tensor:
+        """(num_sentences,) whether each sentence holds a context token (only those can be picked)."""
+        present = torch.zeros(self.num_sentences, dtype=torch.bool)
+        token_sentence = self.prefix.token_sentence
+        present[token_sentence[token_sentence >= 0]] = True
+        return present
+
+    @cached_property
+    def language(self) -> str:
+        return documents_language(self.prefix.documents, self.config.language)
+
+    @cached_property
+    def question_scores(self) -> torch.Tensor:
+        """BM25 scores of every sentence against the question alone."""
+        return bm25_scores(self.question, self.sentence_texts, self.language)
+
+    @cached_property
+    def first_copy(self) -> torch.Tensor:
+        """Per sentence, the id of the first sentence with the same text (whitespace aside)."""
+        first: dict[str, int] = {}
+        texts = (" ".join(text.split()) for text in self.sentence_texts)
+        return torch.tensor([first.setdefault(text, i) for i, text in enumerate(texts)], dtype=torch.long)
+
+    def pooled(self, evidence: Sequence[Evidence]) -> list[int]:
+        """Sentence ids of ``evidence`` (pooled sentences of this request)."""
+        return [self.sentence_key[(e.doc_index, e.char_start, e.char_end)] for e in evidence]
+
+    def query(self, evidence: Sequence[Evidence] = ()) -> str:
+        """A round's query: the question plus the pooled sentences connected to it (see
+        :func:`~recontext_engine.lexical.connected_sentences`; later rounds find the next hop)."""
+        related = connected_sentences(self.question_scores, self.pooled(evidence))
+        return " ".join([self.question, *(self.sentence_texts[i] for i in related)])
+
+    def embedding_index(self, embeddings: torch.Tensor | None) -> EmbeddingIndex | None:
+        """The context side of the embedding similarity, built on first use; None without embeddings."""
+        if embeddings is None:
+            return None
+        if self._embedding_index is None:
+            prefix = self.prefix
+            self._embedding_index = EmbeddingIndex(
+                prefix.ids, prefix.token_sentence, len(prefix.sentences), embeddings
+            )
+        return self._embedding_index

@@ -1,0 +1,79 @@
+"""Selection signals: each scores the context sentences for a round of ReContext's loop.
+
+``ReplayConfig(selector=...)`` takes one signal. The default fuses the model's attention with BM25
+and the embedding similarity by rank (:func:`default_selector`); each alone is a selector too, and
+so is :class:`OracleSignal` (known gold spans, for the benchmark). A new signal is one module: a
+frozen dataclass subclassing :class:`Signal` with one ``score(round)`` method, registered with
+:func:`register_signal` (the tests run over :data:`SIGNALS`).
+"""
+
+from dataclasses import fields, replace
+from typing import Any
+
+from ..errors import ReContextError
+from .attention import AttentionSignal
+from .base import (
+    SIGNALS,
+    SelectionRound,
+    Signal,
+    get_signal,
+    pick_sentences,
+    register_signal,
+    signal_from_dict,
+)
+from .bm25 import BM25Signal
+from .embedding import EmbeddingSignal
+from .fusion import RankFusion
+from .oracle import OracleSignal
+from .pool import EvidencePool
+
+
+def default_selector() -> RankFusion:
+    """Attention, BM25 and the embedding similarity fused by rank, each with weight 1: the default."""
+    return RankFusion(((AttentionSignal(), 1.0), (BM25Signal(), 1.0), (EmbeddingSignal(), 1.0)))
+
+
+def attention_settings() -> set[str]:
+    """The names of :class:`AttentionSignal`'s settings (``ReplayConfig.with_options`` shortcuts)."""
+    return {f.name for f in fields(AttentionSignal)}
+
+
+def attention_signal(selector: Signal) -> AttentionSignal | None:
+    """The first attention signal in ``selector`` (itself or a part), if any."""
+    return next((s for s in selector.signals() if isinstance(s, AttentionSignal)), None)
+
+
+def with_attention(selector: Signal, **changes: Any) -> Signal:
+    """``selector`` with its attention signal's settings changed (wherever it sits in a fusion)."""
+    if isinstance(selector, AttentionSignal):
+        return replace(selector, **changes)
+    if isinstance(selector, RankFusion) and attention_signal(selector) is not None:
+        parts = tuple(
+            (with_attention(s, **changes) if attention_signal(s) is not None else s, w)
+            for s, w in selector.parts
+        )
+        return replace(selector, parts=parts)
+    raise ReContextError(
+        f"the {selector.name!r} selector has no attention signal to set {', '.join(sorted(changes))} on"
+    )
+
+
+__all__ = [
+    "SIGNALS",
+    "AttentionSignal",
+    "BM25Signal",
+    "EmbeddingSignal",
+    "EvidencePool",
+    "OracleSignal",
+    "RankFusion",
+    "SelectionRound",
+    "Signal",
+    "attention_settings",
+    "attention_signal",
+    "default_selector",
+    "get_signal",
+    "pick_sentences",
+    "register_signal",
+    "signal_from_dict",
+    "with_attention",
+]

@@ -1,0 +1,43 @@
+"""ReContext's round loop: each round the selector scores the sentences, the best new ones join the pool."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..errors import ReContextError
+from ..reads import RoundReader
+from ..request import Request
+from ..results import Evidence
+from .base import SelectionRound, pick_sentences
+from .pool import EXTENDING_ORDERS, EvidencePool, within_margin
+
+
+def select_evidence(request: Request, reader: RoundReader) -> list[Evidence]:
+    """The evidence to replay for ``request``: ``rounds`` rounds of ``config.selector``, each adding
+    up to ``top_k`` sentences not pooled yet, until the pool is full; in ``evidence_order``."""
+    config, prefix = request.config, request.prefix
+    selector = config.selector
+    pool = EvidencePool(config.pool_limit)
+    started = time.perf_counter()
+    # Reads see the pool in the replay order where that order grows round by round, so that each
+    # read (and the generation) goes on from the evidence block of the one before; else in
+    # document order.
+    read_order = config.evidence_order if config.evidence_order in EXTENDING_ORDERS else "document"
+    for index in range(1, config.rounds + 1):
+        round = SelectionRound(index, request, pool.arranged(read_order), reader, config.top_k)
+        scores = selector.score(round)
+        if scores is None:
+            raise ReContextError(f"the {selector.name!r} selector cannot score with this backend")
+        if selector.zero_is_no_match:
+            scores = torch.where(scores > 0, scores, float("-inf"))
+        picks = pick_sentences(scores, request.present, config.top_k, pool.sentence_ids(), request.first_copy)
+        for sentence_id, score in within_margin(picks, config.evidence_margin):
+            s = prefix.sentences[sentence_id]
+            text = prefix.documents[s.doc_index][s.start : s.end]
+            pool.add(sentence_id, Evidence(text, s.doc_index, s.start, s.end, score, index))
+        if len(pool) >= pool.limit:
+            break
+    request.timings["select"] = time.perf_counter() - started
+    return pool.arranged(config.evidence_order)

@@ -1,0 +1,105 @@
+"""Selection signals: the registry matrix, each signal's rule, the config's selector field and shortcuts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from recontext_engine import ReContextError, ReplayConfig
+from recontext_engine.selection import (
+    SIGNALS,
+    AttentionSignal,
+    BM25Signal,
+    EmbeddingSignal,
+    OracleSignal,
+    RankFusion,
+    Signal,
+    default_selector,
+    signal_from_dict,
+)
+from tests.selection_fakes import fake_round
+from tests.unit.test_engine_hooks import QUESTION, tiny_documents, tiny_engine
+
+# One instance of every registered signal: a new signal adds its row here (the next test fails until then).
+EXAMPLES: dict[str, Signal] = {
+    "attention": AttentionSignal(scorer="mean"),
+    "bm25": BM25Signal(),
+    "embedding": EmbeddingSignal(),
+    "oracle": OracleSignal(spans=((0, 10, 19),)),
+    "rank_fusion": default_selector(),
+}
+
+
+def test_every_registered_signal_has_a_row_in_the_matrix() -> None:
+    assert sorted(EXAMPLES) == sorted(SIGNALS)
+
+
+@pytest.mark.parametrize("name", sorted(SIGNALS))
+def test_a_signal_scores_every_sentence_or_abstains_and_round_trips(name: str) -> None:
+    signal = EXAMPLES[name]
+    assert signal.name == name and isinstance(signal, SIGNALS[name])
+    round = fake_round(torch.tensor([0.1, 0.5, 0.2, 0.05, 0.15]), torch.tensor([0, 1, 1, -1, 2]))
+    scores = signal.score(round)
+    if scores is not None:  # the embedding signal abstains without input embeddings
+        assert scores.shape == (round.num_sentences,) and scores.dtype == torch.float32
+    assert signal_from_dict(signal.to_dict()) == signal
+    assert ReplayConfig.from_dict(ReplayConfig(selector=signal).to_dict()).selector == signal
+
+
+def test_attention_alone_ranks_sentences_by_their_mass_and_the_token_rule_by_positions() -> None:
+    round = fake_round(torch.tensor([0.1, 0.5, 0.2, 0.05, 0.6]), torch.tensor([0, 1, 1, -1, 2]))
+    assert AttentionSignal(scorer="mean").score(round).tolist() == pytest.approx([0.1, 0.7, 0.6])
+    token = AttentionSignal(scorer="mean", unit="token").score(fake_round(
+        torch.tensor([0.1, 0.5, 0.2, 0.05, 0.6]), torch.tensor([0, 1, 1, -1, 2]), top_k=2
+    ))  # fmt: skip
+    assert token.tolist() == [float("-inf"), pytest.approx(0.5), pytest.approx(0.6)]
+
+
+def test_bm25_alone_never_picks_a_sentence_sharing_no_word() -> None:
+    document = "Maria lives here. Tom likes trains. A cat sleeps. Maria sings."
+    picked = tiny_engine().select_evidence(
+        document, "Where does Maria live?", rounds=2, top_k=4, selector=BM25Signal()
+    )
+    assert [e.text for e in picked] == ["Maria lives here.", "Maria sings."]
+
+
+def test_the_oracle_picks_exactly_the_sentences_overlapping_its_spans() -> None:
+    engine, documents = tiny_engine(), tiny_documents()
+    sentence = engine._start(documents, QUESTION, ReplayConfig()).prefix.sentences[3]
+    config = ReplayConfig(
+        rounds=1,
+        top_k=8,
+        selector=OracleSignal(spans=((sentence.doc_index, sentence.start + 1, sentence.start + 2),)),
+    )
+    evidence = engine.select_evidence(documents, QUESTION, config)
+    assert [(e.doc_index, e.char_start, e.char_end) for e in evidence] == [
+        (sentence.doc_index, sentence.start, sentence.end)
+    ]
+
+
+def test_a_selector_by_name_on_the_engine_and_flat_shortcuts_on_the_config() -> None:
+    engine, documents = tiny_engine(), tiny_documents()
+    by_name = engine.select_evidence(documents, QUESTION, selector="bm25", rounds=1)
+    assert by_name == engine.select_evidence(documents, QUESTION, selector=BM25Signal(), rounds=1)
+    config = ReplayConfig().with_options(null_calibration=True, cue_window=16, max_new_tokens=7)
+    assert config.attention == AttentionSignal(null_calibration=True, cue_window=16)
+    assert isinstance(config.selector, RankFusion) and config.generation.max_new_tokens == 7
+    with pytest.raises(ReContextError, match="no attention signal to set null_calibration"):
+        ReplayConfig(selector=BM25Signal()).with_options(null_calibration=True)
+    with pytest.raises(ReContextError, match="unknown ReplayConfig option"):
+        ReplayConfig().with_options(lexical_weight=0.0)
+    with pytest.raises(ReContextError, match="unknown signal 'bm52'"):
+        ReplayConfig().with_options(selector="bm52")
+    with pytest.raises(ReContextError, match="unknown setting"):
+        signal_from_dict({"name": "bm25", "recursiv": False})
+    with pytest.raises(ReContextError, match="selector must be a Signal"):
+        ReplayConfig(selector="bm25")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"cue_window": 0}, {"decay": 1.5}, {"candidates": "all"}, {"unit": "word"}, {"evidence_cue": -1.0}],
+)
+def test_attention_settings_out_of_range_are_refused(settings) -> None:
+    with pytest.raises(ReContextError):
+        AttentionSignal(**settings)
