@@ -95,6 +95,15 @@ def connected_sentences(question_scores: torch.Tensor, pooled: Sequence[int]) ->
     return [i for i in pooled if question_scores[i] > 0 and question_scores[i] >= floor]
 
 
+def recursive_query(
+    question: str, sentences: Sequence[str], pooled: Sequence[int], question_scores: torch.Tensor
+) -> str:
+    """A round's text query: the question plus the :func:`connected_sentences` of the ``pooled``
+    ones (indices into ``sentences``); the question alone when none is connected."""
+    related = connected_sentences(question_scores, pooled)
+    return " ".join([question, *(sentences[i] for i in related)])
+
+
 def recursive_bm25_scores(
     question: str,
     sentences: Sequence[str],
@@ -107,10 +116,8 @@ def recursive_bm25_scores(
     scores) saves recomputing them."""
     if question_scores is None:
         question_scores = bm25_scores(question, sentences, language)
-    related = [sentences[i] for i in connected_sentences(question_scores, pooled)]
-    if not related:
-        return question_scores
-    return bm25_scores(" ".join([question, *related]), sentences, language)
+    query = recursive_query(question, sentences, pooled, question_scores)
+    return question_scores if query == question else bm25_scores(query, sentences, language)
 
 
 def reciprocal_ranks(values: torch.Tensor, offset: float = 10.0) -> torch.Tensor:

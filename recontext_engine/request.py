@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .language import documents_language
-from .lexical import bm25_scores, connected_sentences
+from .lexical import bm25_scores, recursive_query
 from .prompt import Prefix
 from .results import Evidence
 from .semantic import EmbeddingIndex
@@ -79,8 +79,9 @@ class Request:
     def query(self, evidence: Sequence[Evidence] = ()) -> str:
         """A round's query: the question plus the pooled sentences connected to it (see
         :func:`~recontext_engine.lexical.connected_sentences`; later rounds find the next hop)."""
-        related = connected_sentences(self.question_scores, self.pooled(evidence))
-        return " ".join([self.question, *(self.sentence_texts[i] for i in related)])
+        return recursive_query(
+            self.question, self.sentence_texts, self.pooled(evidence), self.question_scores
+        )
 
     def embedding_index(self, embeddings: torch.Tensor | None) -> EmbeddingIndex | None:
         """The context side of the embedding similarity, built on first use; None without embeddings."""

@@ -10,8 +10,8 @@ import torch
 from ..prompt import NULL_QUESTION
 from ..scoring import DEFAULT_SCORER, Scorer, get_scorer
 from ..scoring.evidence_cue import evidence_cue_scores
-from ..settings import setting
-from .base import SelectionRound, Signal, check, register_signal
+from ..settings import check, setting
+from .base import SelectionRound, Signal, register_signal
 
 if TYPE_CHECKING:
     from ..prompt import Suffix

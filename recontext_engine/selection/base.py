@@ -163,18 +163,10 @@ def pick_sentences(
     return picks
 
 
-def check(checks: Sequence[tuple[bool, str]]) -> None:
-    """Raise the first failed check's message as a :class:`ReContextError`."""
-    for ok, message in checks:
-        if not ok:
-            raise ReContextError(message)
-
-
 __all__ = [
     "SIGNALS",
     "SelectionRound",
     "Signal",
-    "check",
     "get_signal",
     "pick_sentences",
     "register_signal",

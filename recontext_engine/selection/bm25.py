@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..lexical import bm25_scores
+from ..lexical import recursive_bm25_scores
 from ..settings import setting
 from .base import SelectionRound, Signal, register_signal
 
@@ -26,10 +26,9 @@ class BM25Signal(Signal):
     )
 
     def score(self, round: SelectionRound) -> torch.Tensor:
-        request = round.request
-        query = round.query if self.recursive else round.question
-        if query == round.question:
-            scores = request.question_scores
-        else:
-            scores = bm25_scores(query, round.sentence_texts, round.language)
+        pooled = round.pooled if self.recursive else []
+        question_scores = round.request.question_scores
+        scores = recursive_bm25_scores(
+            round.question, round.sentence_texts, pooled, round.language, question_scores
+        )
         return scores[: round.num_sentences]

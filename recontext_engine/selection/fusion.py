@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from ..lexical import reciprocal_ranks
-from ..settings import setting
-from .base import SelectionRound, Signal, check, register_signal, signal_from_dict
+from ..settings import check, setting
+from .base import SelectionRound, Signal, register_signal, signal_from_dict
 
 
 @register_signal("rank_fusion")
