@@ -27,6 +27,7 @@ from .messages import (
 from .prompt import context_block, render_evidence_block
 from .results import Evidence, ReplayResult, Usage
 from .selection import AttentionSignal, BM25Signal, EmbeddingSignal, OracleSignal, RankFusion, Signal
+from .structured import ToolCall, ToolSpec, format_tool_call, parse_tool_calls
 
 __all__ = [
     "DEFAULT_SPLIT_PATTERNS",
@@ -51,12 +52,16 @@ __all__ = [
     "ReplayStream",
     "Signal",
     "SplitPattern",
+    "ToolCall",
+    "ToolSpec",
     "Usage",
     "UnsupportedModelError",
     "chat_messages",
     "clean_text",
     "content_text",
     "context_block",
+    "format_tool_call",
+    "parse_tool_calls",
     "render_evidence_block",
     "split_messages",
 ]

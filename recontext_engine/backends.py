@@ -23,7 +23,9 @@ def create_transformers_runtime(model: str | None, **options: Any) -> Runtime:
     progress = options.pop("progress", False)
     options["device"] = options.get("device") or "cpu"
     loaded = load_model(model, **options)
-    backend = TransformersBackend(loaded.model, prefill_chunk=prefill_chunk, progress=progress)
+    backend = TransformersBackend(
+        loaded.model, prefill_chunk=prefill_chunk, progress=progress, tokenizer=loaded.tokenizer
+    )
     return Runtime(backend, backend, loaded.tokenizer, loaded.model.config, loaded.name, loaded.source)
 
 

@@ -20,6 +20,7 @@ from .selection import (
 )
 from .selection.pool import EVIDENCE_ORDERS
 from .settings import check, setting
+from .structured import TOOL_CHOICES, ToolSpec, check_json_schema
 
 _LANGUAGE = re.compile(r"[a-z]{2,3}([-_][A-Za-z0-9]{2,8})?")
 
@@ -48,11 +49,32 @@ class GenerationConfig:
     top_p: float = setting("Nucleus sampling: sample from the likeliest tokens holding this mass.", 1.0)
     stop: tuple[str, ...] = setting("Strings that end the answer (not included in it).", ())
     seed: int = setting("Seed of the sampler (temperature > 0), for repeatable samples.", 0)
+    json_schema: dict[str, Any] | None = setting(
+        "Constrain the answer to JSON valid under this JSON Schema (grammar-constrained decoding; "
+        "OpenAI: response_format json_schema). {'type': 'object'} = any JSON object (json_object).",
+        None,
+    )
+    tools: tuple[ToolSpec, ...] = setting(
+        "Tools the model may call (OpenAI's tools: name, description, JSON Schema parameters); "
+        "they are stated in the system prompt and calls come back as ReplayResult.tool_calls.",
+        (),
+    )
+    tool_choice: str = setting(
+        "'auto' (text or calls), 'none' (tools not offered), 'required' (one call, constrained) or a "
+        "tool's name (a call of that tool, constrained).",
+        "auto",
+    )
+    cite_evidence: bool = setting(
+        "Number the replayed sentences and answer as JSON {'answer': ..., 'evidence_ids': [...]}, the "
+        "ids constrained to the replayed numbers (ReplayResult.citations gives the sentences).",
+        False,
+    )
 
     def __post_init__(self) -> None:
         _check_finite(self)
         if isinstance(self.stop, list):
             object.__setattr__(self, "stop", tuple(self.stop))
+        self._check_shape()
         check(
             [
                 (self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}"),
@@ -62,6 +84,45 @@ class GenerationConfig:
                 (all(isinstance(s, str) for s in self.stop), "stop must be a list of strings"),
             ]
         )
+
+    def _check_shape(self) -> None:
+        """The answer's form: tools as ToolSpec, a known tool_choice, at most one fixed form."""
+        if not isinstance(self.tools, list | tuple):
+            raise ReContextError(f"tools must be a list of tools, got {type(self.tools).__name__}")
+        object.__setattr__(self, "tools", tuple(ToolSpec.from_dict(t) for t in self.tools))
+        if isinstance(self.tool_choice, dict):  # OpenAI's {"type": "function", "function": {"name": ...}}
+            name = (self.tool_choice.get("function") or {}).get("name")
+            object.__setattr__(self, "tool_choice", str(name))
+        names = [tool.name for tool in self.tools]
+        forced = self.forces_tool_call
+        check(
+            [
+                (len(set(names)) == len(names), f"tool names must be unique, got {names}"),
+                (
+                    self.tool_choice in TOOL_CHOICES or self.tool_choice in names,
+                    f"tool_choice must be one of {', '.join(TOOL_CHOICES)} or a tool's name, got "
+                    f"{self.tool_choice!r}",
+                ),
+                (not forced or bool(self.tools), f"tool_choice={self.tool_choice!r} needs tools"),
+                (
+                    sum([self.json_schema is not None, forced, bool(self.cite_evidence)]) <= 1,
+                    "json_schema, a required tool call and cite_evidence each fix the answer's form: "
+                    "pass one of them",
+                ),
+            ]
+        )
+        if self.json_schema is not None:
+            check_json_schema(self.json_schema)
+
+    @property
+    def forces_tool_call(self) -> bool:
+        """Whether the answer must be one tool call (``tool_choice`` "required" or a tool's name)."""
+        return self.tool_choice not in ("auto", "none")
+
+    @property
+    def offers_tools(self) -> bool:
+        """Whether the prompt states the tools (some are given and ``tool_choice`` is not "none")."""
+        return bool(self.tools) and self.tool_choice != "none"
 
 
 @dataclass(frozen=True)
@@ -187,6 +248,7 @@ class ReplayConfig:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["selector"] = self.selector.to_dict()
         data["generation"] = asdict(self.generation)
+        data["generation"]["tools"] = [tool.to_dict() for tool in self.generation.tools]
         return data
 
     @classmethod

@@ -15,13 +15,14 @@ from .decoding import TextAssembler
 from .errors import InputError, PromptTooLongError
 from .heads.headset import HeadSet
 from .heads.registry import HeadsArg, resolve_heads
-from .prompt import Prefix, PromptBuilder
+from .prompt import Prefix, PromptBuilder, with_tools
 from .protocol import Backend
 from .reads import RoundReader, RowCache
 from .request import Request
 from .results import Evidence, ReplayResult, Usage
 from .selection.rounds import select_evidence
 from .spans import check_text, document_sentences, normalize_documents
+from .structured import AnswerText, backend_generation
 
 EvidenceCallback = Callable[[list[Evidence]], None]
 """``on_evidence`` hook of :meth:`ReContextEngine.answer`/:meth:`~ReContextEngine.stream`."""
@@ -204,10 +205,17 @@ class ReContextEngine:
         for context, question in pairs:
             request = self._start(context, question, cfg)
             chosen = self._select(request)
-            suffix = self.prompts.suffix(request.prefix, request.question, chosen, cfg)
+            numbered = cfg.generation.cite_evidence
+            suffix = self.prompts.suffix(request.prefix, request.question, chosen, cfg, numbered=numbered)
             prepared.append((request, chosen, suffix))
         prompts = [request.prefix.ids + suffix.ids for request, _, suffix in prepared]
-        outputs = self.backend.generate_batch(prompts, cfg.generation, self.eos_ids)
+        generations = [backend_generation(cfg.generation, len(chosen)) for _, chosen, _ in prepared]
+        if all(g == generations[0] for g in generations):
+            outputs = self.backend.generate_batch(prompts, generations[0], self.eos_ids)
+        else:  # cite_evidence: each answer's schema names its own evidence
+            outputs = [
+                self.backend.generate_batch([p], g, self.eos_ids)[0] for p, g in zip(prompts, generations)
+            ]
         results = []
         for (request, chosen, suffix), tokens in zip(prepared, outputs):
             stream = ReplayStream(iter(()))
@@ -251,6 +259,7 @@ class ReContextEngine:
         for i, message in enumerate(messages):
             check_text(message.get("content", ""), f"message {i}")
         self._check_size([m.get("content", "") for m in messages], "the messages")
+        messages = with_tools(messages, cfg)
         if self.prompts.has_chat_template:
             text = self.tokenizer.apply_chat_template(
                 list(messages), add_generation_prompt=True, tokenize=False
@@ -360,7 +369,9 @@ class ReContextEngine:
         else:
             chosen = [e for e in evidence if e.text.strip()]
             request.timings["select"] = 0.0
-        suffix = self.prompts.suffix(prefix, request.question, chosen, config)
+        suffix = self.prompts.suffix(
+            prefix, request.question, chosen, config, numbered=config.generation.cite_evidence
+        )
         if len(prefix.ids) + len(suffix.ids) + 1 > self.context_window:
             raise PromptTooLongError(
                 f"context, evidence and question take {len(prefix.ids) + len(suffix.ids)} tokens, over the "
@@ -383,29 +394,33 @@ class ReContextEngine:
         generation = request.config.generation
         started = time.perf_counter()
         assembler = TextAssembler(self.tokenizer, generation.stop)
+        shown = AnswerText(generation)
         produced = 0
         if tokens is None:
             cached = self.reader.reuse(request, [suffix_ids])
-            tokens = self.backend.generate(request.cache, suffix_ids[cached:], generation, self.eos_ids)
+            tokens = self.backend.generate(
+                request.cache, suffix_ids[cached:], backend_generation(generation, len(chosen)), self.eos_ids
+            )
         for token in tokens:
             produced += 1
-            piece = assembler.add(token)
+            piece = shown.add(assembler.add(token))
             if piece:
                 yield piece
             if assembler.stopped:
                 break
-        tail = assembler.finish()
-        if tail:
-            yield tail
+        tail = shown.add(assembler.finish())
+        text, calls, parsed, rest = shown.final(assembler.text)
+        if tail + rest:
+            yield tail + rest
         request.timings["generate"] = time.perf_counter() - started
         request.timings["total"] = sum(request.timings.values())
         # The backends stop at max_new_tokens or where the window ends, whichever comes first.
         limit = min(
             generation.max_new_tokens, self.context_window - len(request.prefix.ids) - len(suffix_ids)
         )
-        finish = "stop" if assembler.stopped or produced < limit else "length"
+        finish = "tool_calls" if calls else "stop" if assembler.stopped or produced < limit else "length"
         stream.result = ReplayResult(
-            text=assembler.text,
+            text=text,
             evidence=chosen,
             usage=Usage(
                 len(request.prefix.ids) + len(suffix_ids), produced, evidence_tokens, request.cached_tokens
@@ -415,5 +430,7 @@ class ReContextEngine:
             finish_reason=finish,
             documents=request.prefix.documents or None,
             question=request.question or None,
+            tool_calls=calls,
+            parsed=parsed,
         )
         self._finish(request)

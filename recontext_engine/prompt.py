@@ -7,7 +7,7 @@ every replay round share the same prefix token ids, so the prefix KV cache is co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +15,7 @@ import torch
 
 from .results import Evidence
 from .spans import Sentence, replay_text
+from .structured import tools_instructions
 
 if TYPE_CHECKING:
     from .config import ReplayConfig
@@ -54,12 +55,27 @@ def context_block(documents: Sequence[str]) -> tuple[str, list[int]]:
     return "\n\n".join(parts), offsets
 
 
-def render_evidence_block(texts: Sequence[str], config: ReplayConfig) -> str:
+def evidence_label(index: int, numbered: bool) -> str:
+    """What precedes replayed sentence ``index`` (0-based): ``[1] `` when numbered for citing."""
+    return f"[{index + 1}] " if numbered else ""
+
+
+def render_evidence_block(texts: Sequence[str], config: ReplayConfig, numbered: bool = False) -> str:
     """The evidence block as the prompt holds it: ``config.evidence_template`` with its first
-    ``{evidence}`` replaced by the sentences (other braces are left alone)."""
+    ``{evidence}`` replaced by the sentences (other braces are left alone); ``numbered`` puts
+    ``[1]``, ``[2]``, ... before them (``cite_evidence``)."""
     head, _, tail = config.evidence_template.partition("{evidence}")
     # A sentence wrapped over several lines is replayed on one line (its offsets stay exact).
-    return head + config.evidence_separator.join(replay_text(t) for t in texts) + tail
+    lines = (evidence_label(i, numbered) + replay_text(t) for i, t in enumerate(texts))
+    return head + config.evidence_separator.join(lines) + tail
+
+
+def system_text(config: ReplayConfig) -> str:
+    """The system message: ``system_prompt``, then the tools the model is offered (if any)."""
+    parts = [config.system_prompt or ""]
+    if config.generation.offers_tools:
+        parts.append(tools_instructions(config.generation.tools))
+    return "\n\n".join(p.strip() for p in parts if p.strip())
 
 
 def _map_tokens(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> torch.Tensor:
@@ -80,6 +96,19 @@ def _map_tokens(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) ->
     return result
 
 
+def with_tools(messages: Sequence[Mapping[str, Any]], config: ReplayConfig) -> list[dict[str, Any]]:
+    """Chat ``messages`` with the offered tools stated at the end of the (first) system message."""
+    result = [dict(m) for m in messages]
+    if not config.generation.offers_tools:
+        return result
+    tools = tools_instructions(config.generation.tools)
+    if result and result[0].get("role") == "system":
+        result[0]["content"] = f"{result[0].get('content', '')}\n\n{tools}".strip()
+    else:
+        result.insert(0, {"role": "system", "content": tools})
+    return result
+
+
 class PromptBuilder:
     """Renders ``[C; E; q]`` through the tokenizer's chat template (or a plain layout without one)."""
 
@@ -91,8 +120,9 @@ class PromptBuilder:
         if not self.has_chat_template:
             return user_content + "\nAnswer:"
         messages = []
-        if config.system_prompt:
-            messages.append({"role": "system", "content": config.system_prompt})
+        system = system_text(config)
+        if system:
+            messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": user_content})
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
@@ -127,8 +157,10 @@ class PromptBuilder:
         evidence: Sequence[Evidence],
         config: ReplayConfig,
         sentence_of: dict[tuple[int, int, int], int] | None = None,
+        numbered: bool = False,
     ) -> Suffix:
-        """Evidence block (if any) and the question; ``sentence_of`` maps evidence back to sentence ids."""
+        """Evidence block (if any) and the question; ``sentence_of`` maps evidence back to sentence ids;
+        ``numbered`` labels the sentences for citing."""
         context_text, _ = context_block(prefix.documents)
         tail = "\n\n"
         evidence_spans: list[tuple[int, int]] = []
@@ -138,10 +170,11 @@ class PromptBuilder:
             for i, item in enumerate(evidence):
                 if i:
                     cursor += len(config.evidence_separator)
+                cursor += len(evidence_label(i, numbered))
                 replayed = len(replay_text(item.text))  # as render_evidence_block writes it
                 evidence_spans.append((cursor, cursor + replayed))
                 cursor += replayed
-            block = render_evidence_block([e.text for e in evidence], config)
+            block = render_evidence_block([e.text for e in evidence], config, numbered)
             tail += block + "\n\n"
         tail += config.question_template.format(question=question)
         _, suffix_text = self._split_rendered(context_text, tail, config)

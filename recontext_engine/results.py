@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .structured import ToolCall
+
 
 @dataclass(frozen=True)
 class Evidence:
@@ -41,6 +43,9 @@ class Usage:
 class ReplayResult:
     """The answer of one ReContext call.
 
+    ``tool_calls`` are the calls the model made (``finish_reason`` "tool_calls"; ``text`` is what it
+    said besides); ``parsed`` is the answer's JSON where a schema constrained it (None where the
+    token limit cut it off); ``citations`` the evidence an answer with ``cite_evidence`` names.
     ``documents`` and ``question`` are what the call read (filled by the engine; not part of
     :meth:`to_dict`); the evidence view (:func:`recontext_engine.view.render_html`, and
     ``_repr_html_`` in notebooks) shows the evidence in place in them.
@@ -54,9 +59,21 @@ class ReplayResult:
     finish_reason: str = "stop"
     documents: list[str] | None = field(default=None, repr=False, compare=False)
     question: str | None = field(default=None, repr=False, compare=False)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    parsed: Any = None
+
+    @property
+    def citations(self) -> list[Evidence]:
+        """The evidence the answer cites (``cite_evidence``): its ``evidence_ids`` are 1-based
+        numbers of :attr:`evidence`, as the prompt numbered them."""
+        if not isinstance(self.parsed, dict):
+            return []
+        ids = self.parsed.get("evidence_ids") or []
+        count = len(self.evidence)
+        return [self.evidence[i - 1] for i in dict.fromkeys(ids) if isinstance(i, int) and 0 < i <= count]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "answer": self.text,
             "evidence": [e.to_dict() for e in self.evidence],
             "usage": asdict(self.usage),
@@ -64,6 +81,11 @@ class ReplayResult:
             "model": self.model,
             "finish_reason": self.finish_reason,
         }
+        if self.tool_calls:
+            data["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.parsed is not None:
+            data["parsed"] = self.parsed
+        return data
 
     def _repr_html_(self) -> str:
         from .view import render_html

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -26,7 +27,8 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_
 
 from ..config import GenerationConfig
 from ..decoding import next_token
-from ..errors import PromptTooLongError, UnsupportedModelError
+from ..errors import PromptTooLongError, ReContextError, UnsupportedModelError
+from ..grammar import SchemaCompiler
 from ..heads.headset import HeadSet
 from ..protocol import Backend
 
@@ -258,8 +260,11 @@ class TransformersBackend(Backend):
     name = "transformers"
     can_crop = True
 
-    def __init__(self, model: Any, prefill_chunk: int = 1024, progress: bool = False) -> None:
+    def __init__(
+        self, model: Any, prefill_chunk: int = 1024, progress: bool = False, tokenizer: Any = None
+    ) -> None:
         self.model = model
+        self.tokenizer = tokenizer  # for grammar-constrained decoding (GenerationConfig.json_schema)
         self.lock = threading.RLock()
         self.prefill_chunk = prefill_chunk
         self.progress = progress  # a bar on stderr for prefills of more than one chunk
@@ -482,9 +487,22 @@ class TransformersBackend(Backend):
             # Grow once to what this generation can use: growing by the reserve mid-way would leave
             # the whole cache that much larger (a replayed prompt plus the answer often passes it).
             cache.reserve(cache.get_seq_length() + len(suffix_ids) + min(generation.max_new_tokens, room))
+        schema = generation.json_schema
+        mask = self.schemas.mask(schema, eos_ids) if schema is not None else None
         for _ in range(min(generation.max_new_tokens, room)):
-            token = next_token(self.next_logits(cache, ids), generation, generator)
+            logits = self.next_logits(cache, ids)
+            token = next_token(mask.apply(logits) if mask is not None else logits, generation, generator)
             if token in eos_ids:
                 return
+            if mask is not None:
+                mask.accept(token)
             yield token
             ids = [token]
+
+    @cached_property
+    def schemas(self) -> SchemaCompiler:
+        """JSON Schemas compiled to token masks for this model's tokenizer."""
+        if self.tokenizer is None:
+            raise ReContextError("json_schema needs the tokenizer: TransformersBackend(tokenizer=...)")
+        vocab = int(self.model.get_output_embeddings().weight.shape[0])
+        return SchemaCompiler(self.tokenizer, vocab)

@@ -110,7 +110,7 @@ def create_app(engine: ReContextEngine, settings: ServerSettings | None = None) 
         body = parse_body(await request.body(), ChatCompletionRequest)
         check_model(body.model)
         start = chat_call(engine, settings.defaults, body)
-        completion = Completion(settings.model_id)
+        completion = Completion(settings.model_id, parallel_tool_calls=body.parallel_tool_calls is not False)
         work = ThreadedStream(start, executor, tracker)
         if body.stream:
             return await _streamed(request, work, completion, body.include_usage)

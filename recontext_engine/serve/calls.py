@@ -3,8 +3,16 @@
 ``/v1/chat/completions`` with ``documents``: the documents are the context and the last user
 message is the question. Without them, :func:`recontext_engine.messages.split_messages` applies
 the same context/question rules as the LangChain and LlamaIndex chat models; no context found
-means plain chat (no replay). Per-request sampling fields and ``recontext`` override the
-server's default :class:`~recontext_engine.ReplayConfig`.
+means plain chat (no replay). Per-request sampling fields, the answer's form
+(``response_format``, ``tools``, ``tool_choice``) and ``recontext`` override the server's
+default :class:`~recontext_engine.ReplayConfig`.
+
+Tool round trips: an assistant message's ``tool_calls`` become its text in the form the model was
+told to call tools in, and ``tool`` messages carry the results; without ``documents`` both are
+history, hence context, like every earlier turn. With ``documents``, whose rule reads no earlier
+turn, the messages after the last user message, when they hold a tool result (the calls made for
+the question and their results), are added after the documents: evidence from them has a
+``doc_index`` past the documents sent.
 """
 
 from __future__ import annotations
@@ -21,7 +29,12 @@ from .schemas import ChatCompletionRequest, EvidenceRequest, ReContextOptions, u
 
 StartStream = Callable[[], ReplayStream]
 # OpenAI's names of the request fields that map onto ReplayConfig fields.
-_OPENAI_NAMES = {"max_new_tokens": "max_completion_tokens", "temperature": "temperature", "top_p": "top_p"}
+_OPENAI_NAMES = {
+    "max_new_tokens": "max_completion_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "json_schema": "response_format",
+}
 
 
 def _config(defaults: ReplayConfig, options: dict[str, Any], prefix: str = "") -> ReplayConfig:
@@ -63,11 +76,21 @@ def chat_config(defaults: ReplayConfig, body: ChatCompletionRequest) -> ReplayCo
     return _config(config, _recontext_options(body.recontext), "recontext.")
 
 
+def shaped_config(config: ReplayConfig, body: ChatCompletionRequest) -> ReplayConfig:
+    """``config`` with the request's answer form (``response_format``, ``tools``, ``tool_choice``).
+
+    The engine compiles each JSON Schema to check that it can be enforced, which can take seconds
+    for a crafted one (``{"pattern": "a{9999}"}``): call it in a worker thread, not the event loop.
+    """
+    return _config(config, body.answer_form())
+
+
 def chat_call(engine: ReContextEngine, defaults: ReplayConfig, body: ChatCompletionRequest) -> StartStream:
     """A function that starts the engine's stream: run it in a worker thread.
 
-    Only the cheap checks run here, on the caller's thread (the server's event loop); finding the
-    context in the messages, tokenizing, prefill and selection run when the function is called.
+    Only the cheap checks run here, on the caller's thread (the server's event loop); the answer
+    form's schemas, finding the context in the messages, tokenizing, prefill and selection are
+    checked and run when the function is called.
     """
     config = chat_config(defaults, body)
     messages = [m.plain() for m in body.messages]
@@ -78,12 +101,18 @@ def chat_call(engine: ReContextEngine, defaults: ReplayConfig, body: ChatComplet
             "With documents, the question is the last user message, and it is missing or empty",
             param="messages",
         )
+    documents = body.documents
+    if documents is not None:
+        last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        if any(m["role"] == "tool" for m in messages[last + 1 :]):
+            documents = [*documents, *(m["content"] for m in messages[last + 1 :] if m["content"].strip())]
 
     def start() -> ReplayStream:
-        split = split_messages(messages, documents=body.documents)
+        shaped = shaped_config(config, body)
+        split = split_messages(messages, documents=documents)
         if not split.replays:
-            return engine.stream_chat(chat_messages(messages), config)
-        system = config.with_options(system_prompt=split.system) if split.system else config
+            return engine.stream_chat(chat_messages(messages), shaped)
+        system = shaped.with_options(system_prompt=split.system) if split.system else shaped
         return engine.stream(split.documents, split.question, system)
 
     return start

@@ -5,8 +5,9 @@ the evidence the local model's retrieval heads pick in front of any chat model, 
 ``ReContextCompressor`` is a document compressor (append, extract or rerank) for retrievers.
 
 Helpers and constants stay in their modules: ``chat_models`` (``split_messages``, ``as_dicts``,
-``chat_messages``), ``replayer`` (``format_replay_prompt``), ``selection`` (``is_evidence``,
-``EVIDENCE_KIND``), ``compressor`` (``SENTENCE_KIND``); ``recontext_integrations.common``
+``chat_messages``), ``tools`` (``tool_choice_option``, ``openai_tools``: what ``bind_tools`` binds),
+``replayer`` (``format_replay_prompt``), ``selection`` (``is_evidence``, ``EVIDENCE_KIND``),
+``compressor`` (``SENTENCE_KIND``); ``recontext_integrations.common``
 (``EVIDENCE_EVENT``, ``load_engine``).
 """
 

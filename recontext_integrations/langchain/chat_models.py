@@ -19,7 +19,8 @@ from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ChatMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from pydantic import Field, PrivateAttr
+from langchain_core.tools import BaseTool
+from pydantic import BaseModel, Field, PrivateAttr
 
 from recontext_engine import MessageSplit, content_text
 from recontext_engine import chat_messages as plain_chat
@@ -27,8 +28,17 @@ from recontext_engine import split_messages as split_dicts
 
 from ..common import EVIDENCE_EVENT, PlainChatNotice, evidence_payload, iterate_in_thread, renamed
 from .selection import EngineSettings
+from .tools import (
+    StructuredMethod,
+    assistant_text,
+    openai_tools,
+    structured_output,
+    tool_call_chunks,
+    tool_choice_option,
+)
 
 if TYPE_CHECKING:
+    from langchain_core.language_models import LanguageModelInput
     from langchain_core.runnables import Runnable
 
     from recontext_engine import ReplayResult, ReplayStream
@@ -50,12 +60,14 @@ _FORWARDED = {
 
 
 def message_text(message: BaseMessage) -> str:
-    """The text of a message: its string content, or its text blocks joined by newlines."""
-    return content_text(message.content)
+    """The text of a message: its string content, or its text blocks joined by newlines; an AI
+    message's tool calls follow it, each as ``recontext_engine.format_tool_call`` writes it."""
+    return assistant_text(message, content_text(message.content))
 
 
 def as_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
-    """LangChain messages as ``{"role", "content"}`` dicts (the form ``recontext_engine.messages`` reads)."""
+    """LangChain messages as ``{"role", "content"}`` dicts (the form ``recontext_engine.messages`` reads);
+    an AI message's tool calls are written into its content, a tool message has role ``"tool"``."""
     return [
         {
             "role": m.role if isinstance(m, ChatMessage) else _ROLES.get(m.type, "user"),
@@ -137,6 +149,11 @@ async def _adispatch_in_context(data: dict[str, Any]) -> None:
         await adispatch_custom_event(EVIDENCE_EVENT, data)
 
 
+def _is_token(chunk: ChatGenerationChunk) -> bool:
+    """Whether callbacks hear of the chunk (``on_llm_new_token``): it has text or tool calls."""
+    return bool(chunk.text or getattr(chunk.message, "tool_call_chunks", None))
+
+
 class _EvidenceEvent:
     """The evidence, handed from the engine (worker thread) to the caller before the first token."""
 
@@ -167,8 +184,18 @@ class ChatReContext(EngineSettings, BaseChatModel):
     ``stop``, ``replay_options`` for any other ``ReplayConfig`` field) can be overridden per call
     as keyword arguments or with ``.bind(...)``. Pass a loaded ``engine`` to share it; otherwise
     the model (``model=None``: the embedded SmolLM2-135M-Instruct) loads on first use, once per
-    process. Tool calling and structured output are not supported yet (``bind_tools`` and
-    ``with_structured_output`` raise ``NotImplementedError``).
+    process.
+
+    Tool calling: ``bind_tools(tools, tool_choice=...)`` states the tools in the system prompt
+    (Hermes ``<tool_call>`` format); calls come back as ``AIMessage.tool_calls`` with
+    ``finish_reason`` ``"tool_calls"``, and a forced call (``"any"``, a tool's name) is constrained
+    to the tool's argument schema. Earlier calls are written into their AI message's text
+    (``recontext_engine.format_tool_call``) and tool results are ``"tool"`` turns, so agent loops
+    (``langchain.agents.create_agent``) work; a long tool result is context like any earlier turn,
+    and the answer replays the evidence found in it. Structured output:
+    ``with_structured_output(schema)`` (pydantic, TypedDict or JSON Schema) constrains the answer
+    to the schema by grammar-constrained decoding (``method="json_schema"``, the default;
+    ``"json_mode"`` and ``"function_calling"`` too, and ``include_raw``).
 
     Unknown constructor arguments are an error, and so are those of hosted clients that mean
     nothing for a local model (``timeout``, ``max_retries``). ``model_name=`` is ``model=``
@@ -241,18 +268,54 @@ class ChatReContext(EngineSettings, BaseChatModel):
             params["ls_stop"] = list(stops)
         return params
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Runnable:
-        """Not supported yet: raises ``NotImplementedError``."""
-        raise NotImplementedError(
-            "ChatReContext does not support tool calling yet: the local model answers in plain text. "
-            "Use a tool-calling chat model for agents, with ReContextReplayer to give it the evidence."
-        )
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | dict[str, Any] | bool | None = None,
+        strict: bool | None = None,
+        parallel_tool_calls: bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """This model with ``tools`` offered (``BaseTool``, functions, pydantic classes, TypedDicts,
+        OpenAI tool dicts; converted by ``convert_to_openai_tool``).
 
-    def with_structured_output(self, schema: dict[str, Any] | type, **kwargs: Any) -> Runnable:
-        """Not supported yet: raises ``NotImplementedError``."""
-        raise NotImplementedError(
-            "ChatReContext does not support structured output yet: the local model answers in plain "
-            "text. Parse the text with an output parser, or use a model that supports it."
+        ``tool_choice``: None/``"auto"`` the model decides; ``"any"``/``"required"``/True one call
+        of some tool; a tool's name (or OpenAI's ``{"type": "function", ...}`` form) a call of that
+        tool; ``"none"`` no tool. A forced call is constrained token by token to the tool's argument
+        schema. ``parallel_tool_calls=False`` keeps only the first call. Calls come back as
+        ``AIMessage.tool_calls`` (``finish_reason`` ``"tool_calls"``); streams end with one
+        ``tool_call_chunks`` entry per call.
+        """
+        formatted = openai_tools(tools, strict=strict)
+        names = [tool["function"]["name"] for tool in formatted]
+        kwargs["tool_choice"] = tool_choice_option(tool_choice, names)
+        if parallel_tool_calls is not None:
+            kwargs["parallel_tool_calls"] = parallel_tool_calls
+        return self.bind(tools=formatted, **kwargs)
+
+    def with_structured_output(
+        self,
+        schema: dict[str, Any] | type | None = None,
+        *,
+        method: StructuredMethod = "json_schema",
+        include_raw: bool = False,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, dict[str, Any] | BaseModel]:
+        """A runnable answering with an object of ``schema`` (pydantic class: an instance of it;
+        TypedDict or JSON Schema dict: a dict).
+
+        ``method="json_schema"`` (default): the answer is constrained to the schema token by token
+        (``strict=True``: every property required, no others, as OpenAI's strict mode);
+        ``"json_mode"``: constrained to some JSON object, the schema only parses it (say the keys in
+        the prompt); ``"function_calling"``: a forced call of the schema as a tool. With
+        ``include_raw=True`` the output is ``{"raw": AIMessage, "parsed": ..., "parsing_error": ...}``
+        and a parsing error (say an answer cut off by ``max_tokens``) is returned, not raised. Other
+        keyword arguments are bound as call options (e.g. ``max_tokens=``).
+        """
+        return structured_output(
+            self, schema, method=method, include_raw=include_raw, strict=strict, kwargs=kwargs
         )
 
     def get_token_ids(self, text: str) -> list[int]:
@@ -322,19 +385,30 @@ class ChatReContext(EngineSettings, BaseChatModel):
         kwargs: dict[str, Any],
         emit: Callable[[_EvidenceEvent], None],
     ) -> Generator[ChatGenerationChunk, None, None]:
-        """The answer's chunks; the last one (``chunk_position="last"``) carries usage and metadata."""
+        """The answer's chunks; the last one (``chunk_position="last"``) carries the tool calls,
+        usage and metadata."""
+        kwargs = dict(kwargs)
+        parallel = kwargs.pop("parallel_tool_calls", None)  # the engine knows no such option
         stream, split = self._open(messages, stop, kwargs, emit)
+        shown = False
         try:
             for piece in stream:
+                shown = True
                 yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
         finally:
             stream.close()
         result = stream.result
         assert result is not None  # set by the engine once the stream is exhausted
+        calls = result.tool_calls[:1] if parallel is False else result.tool_calls
+        if not calls and not shown and result.text:
+            # A forced call that did not parse (cut off by max_tokens): the engine streams nothing
+            # of it; the message shows the text, as ReplayResult.text does.
+            yield ChatGenerationChunk(message=AIMessageChunk(content=result.text))
         yield ChatGenerationChunk(
             message=AIMessageChunk(
                 content="",
                 chunk_position="last",
+                tool_call_chunks=tool_call_chunks(calls),
                 usage_metadata=_usage(result),
                 response_metadata=_response_metadata(result, split),
             ),
@@ -348,6 +422,8 @@ class ChatReContext(EngineSettings, BaseChatModel):
         meta = last.message.response_metadata
         message = AIMessage(
             content="".join(c.text for c in chunks),
+            tool_calls=last.message.tool_calls,
+            invalid_tool_calls=last.message.invalid_tool_calls,
             usage_metadata=last.message.usage_metadata,
             response_metadata=meta,
         )
@@ -381,7 +457,7 @@ class ChatReContext(EngineSettings, BaseChatModel):
         chunks = self._chunks(messages, stop, kwargs, self._dispatcher(run_manager))
         try:
             for chunk in chunks:
-                if run_manager and chunk.text:
+                if run_manager and _is_token(chunk):
                     run_manager.on_llm_new_token(chunk.text, chunk=chunk)
                 yield chunk
         finally:
@@ -429,7 +505,7 @@ class ChatReContext(EngineSettings, BaseChatModel):
         chunks = self._achunks(messages, stop, run_manager, kwargs)
         try:
             async for chunk in chunks:
-                if run_manager and chunk.text:
+                if run_manager and _is_token(chunk):
                     await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
                 yield chunk
         finally:

@@ -1,10 +1,13 @@
 """LlamaIndex adapters over the ReContext engine (needs `pip install recontext[llama-index]`).
 
-``ReContextLLM`` answers with evidence replay; ``ReContextEvidencePostprocessor`` adds evidence to
-(or reranks) the retrieved nodes for any LLM; ``ReContextEvidenceEvent`` is the instrumentation
-event both dispatch. Helpers and constants stay in their modules: ``postprocessor``
-(``evidence_node``, ``sentence_node``, ``EVIDENCE_KEY``, ``SENTENCE_KEY``); the prompt split
-rules are the engine's (``recontext_engine.split_messages``, ``SplitPattern``).
+``ReContextLLM`` answers with evidence replay; it is a ``FunctionCallingLLM`` (tools,
+``predict_and_call``, ``FunctionAgent``, and ``structured_predict``/``as_structured_llm`` under
+grammar-constrained decoding). ``ReContextEvidencePostprocessor`` adds evidence to (or reranks)
+the retrieved nodes for any LLM; ``ReContextEvidenceEvent`` is the instrumentation event both
+dispatch. Helpers and constants stay in their modules: ``postprocessor`` (``evidence_node``,
+``sentence_node``, ``EVIDENCE_KEY``, ``SENTENCE_KEY``), ``tools`` (LlamaIndex's tool and call
+forms to the engine's); the prompt split rules are the engine's
+(``recontext_engine.split_messages``, ``SplitPattern``).
 """
 
 try:

@@ -13,6 +13,7 @@ pytest.importorskip("langchain_core")
 
 from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.language_models import FakeListChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
 
 COOKBOOK = Path(__file__).resolve().parents[2] / "cookbook"
 
@@ -80,3 +81,24 @@ def test_replayer_feeds_any_chat_model(engine: Any) -> None:
 def test_replayer_default_stand_in(engine: Any) -> None:
     out = load("langchain_replayer_hosted").main(engine=engine)
     assert out["answer"].strip()
+
+
+@pytest.mark.model
+def test_agent_answers_from_a_long_tool_output(engine: Any, tmp_path: Path) -> None:
+    recipe = load("langchain_agent")
+    # 20 of the log's 62 lines (4.6 KB, the answer on line 33) keep the test quick; the recipe reads all.
+    log = "\n".join(recipe.LOG.read_text(encoding="utf-8").splitlines()[20:40])
+    recipe.LOG = tmp_path / "log.txt"
+    recipe.LOG.write_text(log, encoding="utf-8")
+    out = recipe.main(engine=engine, max_tokens=24)  # the tool call's JSON alone takes 18 tokens
+    messages = out["messages"]
+    assert [m.type for m in messages] == ["human", "ai", "tool", "ai"]
+    call, result, answer = messages[1:]
+    assert [c["name"] for c in call.tool_calls] == ["read_shipping_log"]
+    assert isinstance(result, ToolMessage) and result.content == log
+    assert result.tool_call_id == call.tool_calls[0]["id"]
+    assert isinstance(answer, AIMessage) and not answer.tool_calls and out["answer"].strip()
+    assert answer.response_metadata["replayed"]
+    evidence = out["evidence"]
+    assert evidence and all(e["message_index"] == 2 and e["text"] in log for e in evidence)
+    assert any("padlock code 5816" in e["text"] for e in evidence)

@@ -74,3 +74,20 @@ def test_rerank_recipe_orders_by_attention_mass(engine):
     order = [3, 0, 4, 1, 2]
     moved = engine.document_scores([recipe.CANDIDATES[i] for i in order], recipe.QUESTION)
     assert moved == pytest.approx([mass[i] for i in order], abs=1e-5)
+
+
+@pytest.mark.model
+def test_agent_recipe_calls_the_tool_and_replays_its_output(engine, capsys):
+    recipe = _recipe("llamaindex_agent")
+    result = recipe.main(engine)
+    assert [(c.tool_name, c.tool_kwargs) for c in result["calls"]] == [("read_shipping_log", {})]
+    answer = result["output"].response
+    assert answer.role.value == "assistant" and answer.content.strip()
+    log = recipe.read_shipping_log()
+    evidence = result["evidence"]
+    assert evidence and {e["message_index"] for e in evidence} == {2}  # question, call, the tool's output
+    assert all(log[e["char_start"] : e["char_end"]] == e["text"] for e in evidence)
+    assert any(f"padlock code {recipe.ANSWER}" in e["text"] for e in evidence)
+    voyage = result["voyage"]
+    assert isinstance(voyage, recipe.Voyage) and isinstance(voyage.crew, int) and voyage.ship
+    assert "Evidence (from message [2] )" in capsys.readouterr().out

@@ -256,12 +256,16 @@ def test_langchain_replay_options_are_checked_at_construction() -> None:
 # -- tools and structured output (no model) ------------------------------------------------------
 
 
-def test_tools_and_structured_output_say_they_are_not_supported() -> None:
+def test_tools_and_structured_output_bind_their_settings() -> None:
     model = ChatReContext()
-    with pytest.raises(NotImplementedError, match="does not support tool calling"):
-        model.bind_tools([])
-    with pytest.raises(NotImplementedError, match="does not support structured output"):
-        model.with_structured_output({"title": "Answer", "type": "object", "properties": {}})
+    bound = model.bind_tools(
+        [{"name": "noop", "parameters": {"type": "object", "properties": {}}}], tool_choice="any"
+    )
+    assert bound.kwargs["tool_choice"] == "required"  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="noop"):
+        model.bind_tools([{"name": "noop"}], tool_choice="other")
+    schema = {"title": "Answer", "type": "object", "properties": {"text": {"type": "string"}}}
+    assert model.with_structured_output(schema) is not None
 
 
 # -- copies and pickles (no model) ------------------------------------------------------------------

@@ -111,6 +111,35 @@ def test_answer_stream_and_batch(engine, vllm_engine):
     assert [r.evidence for r in batch] == [r.evidence for r in results]
 
 
+def test_constrained_answers_and_tool_calls_equal_the_transformers_backend(engine, vllm_engine):
+    # vLLM's structured outputs (xgrammar) and recontext_engine.grammar enforce one grammar: the
+    # greedy answers under it are the same on both backends.
+    document, question = case_document(0), CASES[0][1]
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "maxLength": 60}, "sure": {"type": "boolean"}},
+        "required": ["answer", "sure"],
+        "additionalProperties": False,
+    }
+    config = CONFIG.with_options(json_schema=schema, max_new_tokens=48)
+    got, want = vllm_engine.answer(document, question, config), engine.answer(document, question, config)
+    assert got.finish_reason == "stop" and set(got.parsed) == {"answer", "sure"}
+    assert got.text == want.text
+    tool = {
+        "name": "lookup",
+        "parameters": {
+            "type": "object",
+            "properties": {"term": {"type": "string", "maxLength": 16}},
+            "required": ["term"],
+        },
+    }
+    config = CONFIG.with_options(tools=[tool], tool_choice="required", max_new_tokens=48)
+    got, want = vllm_engine.answer(document, question, config), engine.answer(document, question, config)
+    assert got.text == want.text  # the call's JSON, written under the same grammar
+    assert [c.name for c in got.tool_calls] == ["lookup"] and got.finish_reason == "tool_calls"
+    assert [c.arguments for c in got.tool_calls] == [c.arguments for c in want.tool_calls]
+
+
 def test_prefix_cache_reuse_across_rounds_and_questions(vllm_engine):
     backend = vllm_engine.backend
     document = planted_document("The red door opens at dusk.", sentences=60, depth=0.5, seed=7)

@@ -25,6 +25,7 @@ EXPECTED_ALL = {
         AttentionSignal BM25Signal EmbeddingSignal OracleSignal RankFusion Signal
         DEFAULT_SPLIT_PATTERNS MessageSplit SplitPattern chat_messages clean_text content_text
         context_block render_evidence_block split_messages
+        ToolCall ToolSpec format_tool_call parse_tool_calls
         """
     ),
     "recontext_engine.scoring": _names(

@@ -151,6 +151,7 @@ def test_engine_arguments_pass_through():
         "revision": "abc",
         "tensor_parallel_size": 4,
         "enable_prefix_caching": True,
+        "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
         "worker_extension_cls": EXTENSION,
         "max_model_len": 32768,
         "swap_space": 0,
@@ -214,6 +215,25 @@ def test_sampling_arguments():
         "top_p": 0.9,
         "seed": 5,
     }
+
+
+def test_a_json_schema_becomes_vllm_structured_outputs_under_the_same_grammar():
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    args = sampling_arguments(GenerationConfig(json_schema=schema), [2], 16)
+    # disable_any_whitespace: the compact grammar recontext_engine.grammar builds for transformers
+    assert args["structured_outputs"] == {"json": schema, "disable_any_whitespace": True}
+    assert "structured_outputs" not in sampling_arguments(GenerationConfig(), [2], 16)
+    made = []
+    backend = VLLMBackend(
+        fake_llm(CountingEngine()),
+        ModelInfo(SimpleNamespace(eos_token_id=None), SimpleNamespace(eos_token_id=[9])),
+        sampling_params=lambda **kw: made.append(kw),
+        structured_outputs=lambda **kw: ("structured", kw),
+        tokens_prompt=dict,
+        window=64,
+    )
+    backend._params(args)
+    assert made[-1]["structured_outputs"] == ("structured", {"json": schema, "disable_any_whitespace": True})
 
 
 def test_layer_index():

@@ -57,6 +57,7 @@ class VLLMBackend(Backend):
         readout: str = DEFAULT_READOUT,
         transformers_backend: Any = None,
         sampling_params: Any = None,
+        structured_outputs: Any = None,
         tokens_prompt: Any = None,
         window: int | None = None,
     ) -> None:
@@ -73,6 +74,11 @@ class VLLMBackend(Backend):
             from vllm import SamplingParams
 
             sampling_params = SamplingParams
+        if structured_outputs is None and sampling_params.__module__.startswith("vllm"):
+            from vllm.sampling_params import StructuredOutputsParams
+
+            structured_outputs = StructuredOutputsParams
+        self._structured_outputs = structured_outputs or dict
         if tokens_prompt is None:
             from vllm.inputs import TokensPrompt
 
@@ -197,6 +203,12 @@ class VLLMBackend(Backend):
             + " (if vLLM replays whole-model CUDA graphs here, try enforce_eager=True)"
         )
 
+    def _params(self, args: dict[str, Any]) -> Any:
+        """``SamplingParams`` from :func:`sampling_arguments`, the structured outputs as vLLM's own class."""
+        if "structured_outputs" in args:
+            args = {**args, "structured_outputs": self._structured_outputs(**args["structured_outputs"])}
+        return self._sampling_params(**args)
+
     def generate(
         self, cache: VLLMCache, suffix_ids: list[int], generation: GenerationConfig, eos_ids: set[int]
     ) -> Iterator[int]:
@@ -207,9 +219,7 @@ class VLLMBackend(Backend):
             raise PromptTooLongError(
                 f"prompt of {len(ids)} tokens leaves no room in the model window of {self.window}"
             )
-        params = self._sampling_params(
-            **sampling_arguments(generation, eos_ids, min(generation.max_new_tokens, room))
-        )
+        params = self._params(sampling_arguments(generation, eos_ids, min(generation.max_new_tokens, room)))
         request_id = self.router.add(self._prompt(prompt_token_ids=ids), params)
         seen, finished = 0, False
         try:
@@ -243,9 +253,7 @@ class VLLMBackend(Backend):
                     f"prompt of {len(ids)} tokens leaves no room in the model window of {self.window}"
                 )
             args = sampling_arguments(generation, eos, min(generation.max_new_tokens, room), generation.stop)
-            request_ids.append(
-                self.router.add(self._prompt(prompt_token_ids=list(ids)), self._sampling_params(**args))
-            )
+            request_ids.append(self.router.add(self._prompt(prompt_token_ids=list(ids)), self._params(args)))
         final = self.router.run(request_ids)
         results = []
         for rid in request_ids:

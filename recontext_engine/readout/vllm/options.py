@@ -35,6 +35,7 @@ RUNTIME_OPTIONS = (
     "prefill_chunk",
     "engine_args",
 )
+STRUCTURED_OUTPUTS = {"backend": "xgrammar", "disable_any_whitespace": True}
 # vLLM's own default (0.9) leaves too little room for the transformers readout's copy of the model.
 TRANSFORMERS_READOUT_GPU_SHARE = 0.5
 # On the CPU build, vLLM's KV cache otherwise takes a share of host RAM (or VLLM_CPU_KVCACHE_SPACE).
@@ -111,6 +112,9 @@ def engine_arguments(
         "dtype": dtype or "auto",
         "tensor_parallel_size": 1,
         "enable_prefix_caching": True,
+        # JSON answers under the grammar the transformers backend builds (recontext_engine.grammar):
+        # xgrammar, compact separators. vLLM reads this flag per engine, not per request.
+        "structured_outputs_config": STRUCTURED_OUTPUTS,
     }
     if revision:
         args["revision"] = revision
@@ -150,6 +154,9 @@ def sampling_arguments(
     }
     if stop:
         args["stop"] = list(stop)
+    if config.json_schema is not None:
+        # compact JSON, no free whitespace: see STRUCTURED_OUTPUTS and recontext_engine.grammar
+        args["structured_outputs"] = {"json": config.json_schema, "disable_any_whitespace": True}
     if config.temperature == 0.0:
         args["temperature"] = 0.0
     else:

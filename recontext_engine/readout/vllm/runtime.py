@@ -87,7 +87,9 @@ def create_vllm_runtime(model: str | None, **options: Any) -> Runtime:
             dtype=ours.get("dtype"),
             revision=ours.get("revision"),
         )
-        readout_backend = TransformersBackend(loaded.model, prefill_chunk=ours.get("prefill_chunk", 1024))
+        readout_backend = TransformersBackend(
+            loaded.model, prefill_chunk=ours.get("prefill_chunk", 1024), tokenizer=loaded.tokenizer
+        )
         config, generation_config = loaded.model.config, loaded.model.generation_config
     else:
         config = AutoConfig.from_pretrained(folder, revision=ours.get("revision"))
