@@ -15,6 +15,7 @@ from .errors import (
     UnsupportedModelError,
 )
 from .heads.headset import HeadSet
+from .history import HistoryEvidence, HistoryReplay, HistoryReplayConfig, HistoryReplayer
 from .messages import (
     DEFAULT_SPLIT_PATTERNS,
     MessageSplit,
@@ -39,6 +40,10 @@ __all__ = [
     "EmbeddingSignal",
     "HeadSet",
     "HeadSetError",
+    "HistoryEvidence",
+    "HistoryReplay",
+    "HistoryReplayConfig",
+    "HistoryReplayer",
     "InputError",
     "MessageSplit",
     "ModelLoadError",

@@ -3,7 +3,8 @@
 ``ReContextLLM`` answers with evidence replay; it is a ``FunctionCallingLLM`` (tools,
 ``predict_and_call``, ``FunctionAgent``, and ``structured_predict``/``as_structured_llm`` under
 grammar-constrained decoding). ``ReContextEvidencePostprocessor`` adds evidence to (or reranks)
-the retrieved nodes for any LLM; ``ReContextEvidenceEvent`` is the instrumentation event both
+the retrieved nodes for any LLM; ``ReContextMemoryBlock`` replays a long session's evidence in a
+``Memory`` (chat engines, agents); ``ReContextEvidenceEvent`` is the instrumentation event both
 dispatch. Helpers and constants stay in their modules: ``postprocessor`` (``evidence_node``,
 ``sentence_node``, ``EVIDENCE_KEY``, ``SENTENCE_KEY``), ``tools`` (LlamaIndex's tool and call
 forms to the engine's); the prompt split rules are the engine's
@@ -19,6 +20,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from .events import ReContextEvidenceEvent
 from .llm import ReContextLLM
+from .memory import ReContextMemoryBlock
 from .postprocessor import ReContextEvidencePostprocessor
 
-__all__ = ["ReContextEvidenceEvent", "ReContextEvidencePostprocessor", "ReContextLLM"]
+__all__ = ["ReContextEvidenceEvent", "ReContextEvidencePostprocessor", "ReContextLLM", "ReContextMemoryBlock"]

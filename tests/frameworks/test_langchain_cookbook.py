@@ -102,3 +102,18 @@ def test_agent_answers_from_a_long_tool_output(engine: Any, tmp_path: Path) -> N
     evidence = out["evidence"]
     assert evidence and all(e["message_index"] == 2 and e["text"] in log for e in evidence)
     assert any("padlock code 5816" in e["text"] for e in evidence)
+
+
+def test_long_session_recipe_replays_the_early_licence_sentence(engine, capsys) -> None:
+    recipe = load("langchain_long_session")
+    out = recipe.main(engine=engine, max_chars=6000)
+    report = out["replay"]
+    assert report["status"] == "replayed"
+    messages = out["messages"]
+    answering = [e for e in report["evidence"] if recipe.ANSWER in " ".join(e["text"].split())]
+    assert answering and answering[0]["role"] == "tool"
+    source = messages[answering[0]["message_index"]]
+    assert isinstance(source, ToolMessage) and source.name == "read_file"
+    assert source.content[answering[0]["char_start"] : answering[0]["char_end"]] == answering[0]["text"]
+    assert messages[-2].content == recipe.QUESTION  # the state keeps the request as it was
+    assert "Replayed (replayed" in capsys.readouterr().out

@@ -91,3 +91,18 @@ def test_agent_recipe_calls_the_tool_and_replays_its_output(engine, capsys):
     voyage = result["voyage"]
     assert isinstance(voyage, recipe.Voyage) and isinstance(voyage.crew, int) and voyage.ship
     assert "Evidence (from message [2] )" in capsys.readouterr().out
+
+
+@pytest.mark.model
+def test_long_session_recipe_replays_the_flushed_licence_sentence(engine, capsys):
+    import asyncio
+
+    recipe = _recipe("llamaindex_long_session")
+    result = asyncio.run(recipe.ask(engine, max_chars=6000))
+    licence = recipe.read_file("LICENSE")
+    assert any(licence[:100] in (m.content or "") for m in result["archive"])  # flushed, kept by the block
+    answering = [e for e in result["evidence"] if recipe.ANSWER in " ".join(e["text"].split())]
+    assert answering and answering[0]["role"] == "tool"
+    start, end = answering[0]["char_start"], answering[0]["char_end"]
+    assert licence[start:end] == answering[0]["text"]
+    assert result["answer"].strip() and "Replayed before the answer:" in capsys.readouterr().out

@@ -26,6 +26,7 @@ EXPECTED_ALL = {
         DEFAULT_SPLIT_PATTERNS MessageSplit SplitPattern chat_messages clean_text content_text
         context_block render_evidence_block split_messages
         ToolCall ToolSpec format_tool_call parse_tool_calls
+        HistoryEvidence HistoryReplay HistoryReplayConfig HistoryReplayer
         """
     ),
     "recontext_engine.scoring": _names(
@@ -42,9 +43,11 @@ EXPECTED_ALL = {
         """
     ),
     # The integrations export their classes only; helpers and constants stay in their modules.
-    "recontext_integrations.langchain": _names("ChatReContext ReContextCompressor ReContextReplayer"),
+    "recontext_integrations.langchain": _names(
+        "ChatReContext ReContextCompressor ReContextMiddleware ReContextReplayer"
+    ),
     "recontext_integrations.llama_index": _names(
-        "ReContextEvidenceEvent ReContextEvidencePostprocessor ReContextLLM"
+        "ReContextEvidenceEvent ReContextEvidencePostprocessor ReContextLLM ReContextMemoryBlock"
     ),
 }
 
