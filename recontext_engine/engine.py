@@ -138,10 +138,19 @@ class ReContextEngine:
         self, context: str | Sequence[str], question: str, config: ReplayConfig | None = None, **options: Any
     ) -> list[Evidence]:
         """The evidence ReContext would replay (no generation); with ``rounds=0``, none."""
-        request = self._start(context, question, self._config(config, options))
-        evidence = self._select(request)
-        self._finish(request)
+        evidence, _ = self.select_with_usage(context, question, self._config(config, options))
         return evidence
+
+    def select_with_usage(
+        self, context: str | Sequence[str], question: str, config: ReplayConfig
+    ) -> tuple[list[Evidence], int]:
+        """:meth:`select_evidence` under ``config``, with the number of context tokens whose KV the
+        context cache held (not prefilled again)."""
+        request = self._start(context, question, config)
+        try:
+            return self._select(request), request.cached_tokens
+        finally:
+            self._finish(request)
 
     def answer(
         self,

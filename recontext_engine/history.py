@@ -259,13 +259,8 @@ class HistoryReplayer:
             cache.max_entries = wanted
         for window in windows:
             read = _Read(window, roles)
-            # select_evidence's steps, to read how many tokens the context cache saved
-            started_read = self.engine._start(read.document, request, self.replay_config)
-            try:
-                chosen = self.engine._select(started_read)
-            finally:
-                self.engine._finish(started_read)
-            base.cached_tokens += started_read.cached_tokens
+            chosen, cached = self.engine.select_with_usage(read.document, request, self.replay_config)
+            base.cached_tokens += cached
             starts = read.starts
             found += [item for e in chosen if (item := read.locate(e, starts)) is not None]
         kept, used = _within_budget(found, budget, self.engine.count_tokens)
@@ -280,8 +275,7 @@ class HistoryReplayer:
 
     def render(self, evidence: Sequence[HistoryEvidence]) -> str:
         """The replayed block: the header, then each sentence on one line after its message label."""
-        lines = [f"[message {e.message_index + 1}, {e.role}] {replay_text(e.text)}" for e in evidence]
-        return "\n".join([self.config.header, *lines])
+        return "\n".join([self.config.header, *(_line(e) for e in evidence)])
 
     # -- internals --------------------------------------------------------------------------
 
@@ -334,6 +328,11 @@ def _pieces(text: str, index: int, tokens: int, limit: int) -> list[_Piece]:
     return [p for p in pieces if p.text.strip()]
 
 
+def _line(item: HistoryEvidence) -> str:
+    """A replayed sentence as the block shows it: on one line, after its message label."""
+    return f"[message {item.message_index + 1}, {item.role}] {replay_text(item.text)}"
+
+
 def _within_budget(
     found: Sequence[HistoryEvidence], budget: int, count_tokens: Any
 ) -> tuple[list[HistoryEvidence], int]:
@@ -344,7 +343,7 @@ def _within_budget(
         key = (item.message_index, item.char_start)
         if key in seen:
             continue
-        cost = count_tokens(f"[message {item.message_index + 1}, {item.role}] {replay_text(item.text)}") + 1
+        cost = count_tokens(_line(item)) + 1  # and its line break
         if used + cost <= budget:
             kept.append(item)
             seen.add(key)

@@ -137,16 +137,18 @@ def _event_manager(run_manager: Any, manager_class: type) -> Any:
     )
 
 
-def _dispatch_in_context(data: dict[str, Any]) -> None:
+def dispatch_in_context(data: dict[str, Any], name: str = EVIDENCE_EVENT) -> None:
+    """Dispatch the custom event ``name`` to the run in context, if any."""
     # LangChain's stream()/astream() hand _stream no run manager; inside a chain the enclosing
     # runnable's config is in context, and the event belongs to that run. Alone, there is no run.
     with contextlib.suppress(RuntimeError):
-        dispatch_custom_event(EVIDENCE_EVENT, data)
+        dispatch_custom_event(name, data)
 
 
-async def _adispatch_in_context(data: dict[str, Any]) -> None:
+async def adispatch_in_context(data: dict[str, Any], name: str = EVIDENCE_EVENT) -> None:
+    """The async :func:`dispatch_in_context`."""
     with contextlib.suppress(RuntimeError):
-        await adispatch_custom_event(EVIDENCE_EVENT, data)
+        await adispatch_custom_event(name, data)
 
 
 def _is_token(chunk: ChatGenerationChunk) -> bool:
@@ -434,7 +436,7 @@ class ChatReContext(EngineSettings, BaseChatModel):
         """How the evidence event leaves: through this run's callbacks when LangChain passes the run
         (``invoke``, ``batch``), else through the enclosing runnable's (``stream`` inside a chain)."""
         if run_manager is None:
-            return lambda event: _dispatch_in_context(event.data)
+            return lambda event: dispatch_in_context(event.data)
         manager = _event_manager(run_manager, CallbackManager)
         return lambda event: manager.on_custom_event(EVIDENCE_EVENT, event.data, run_id=run_manager.run_id)
 
@@ -480,7 +482,7 @@ class ChatReContext(EngineSettings, BaseChatModel):
                         assert run_manager is not None  # the manager is made from it
                         await manager.on_custom_event(EVIDENCE_EVENT, item.data, run_id=run_manager.run_id)
                     else:
-                        await _adispatch_in_context(item.data)
+                        await adispatch_in_context(item.data)
                     continue
                 yield item
         finally:

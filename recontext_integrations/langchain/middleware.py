@@ -19,20 +19,18 @@ LangGraph's ``create_react_agent``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
-from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
 from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from recontext_engine import HistoryReplay, HistoryReplayConfig, HistoryReplayer
 
-from .chat_models import as_dicts
+from .chat_models import adispatch_in_context, as_dicts, dispatch_in_context
 from .selection import EngineSettings
 
 if TYPE_CHECKING:
@@ -121,11 +119,12 @@ class ReContextMiddleware(AgentMiddleware):
             return self._replayer
 
     def replay(
-        self, messages: Sequence[BaseMessage], model: Any = None, request: ModelRequest | None = None
+        self, messages: Sequence[BaseMessage], request: ModelRequest | None = None
     ) -> HistoryReplay | None:
-        """What would be replayed before a call with ``messages`` (None: selection failed, logged once)."""
+        """What would be replayed before a call with ``messages`` (those of ``request``, whose model and
+        tools bound the room left; None: selection failed, logged once)."""
         try:
-            return self.replayer.replay(as_dicts(messages), room_tokens=self._room(messages, model, request))
+            return self.replayer.replay(as_dicts(messages), room_tokens=self._room(messages, request))
         except Exception:  # fail open: the agent goes on as without the middleware
             if not self._warned:
                 self._warned = True
@@ -139,11 +138,10 @@ class ReContextMiddleware(AgentMiddleware):
     def wrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> ModelResponse:
-        replay = self.replay(request.messages, request.model, request)
+        replay = self.replay(request.messages, request)
         if replay is None:
             return handler(request)
-        with contextlib.suppress(RuntimeError):  # outside a run there is no one to tell
-            dispatch_custom_event(REPLAY_EVENT, replay.to_dict())
+        dispatch_in_context(replay.to_dict(), REPLAY_EVENT)
         response = handler(request.override(messages=with_replay(request.messages, replay)))
         return _reported(response, replay)
 
@@ -151,11 +149,10 @@ class ReContextMiddleware(AgentMiddleware):
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ModelResponse:
         # The engine blocks: it runs in a worker thread, so the event loop serves others meanwhile.
-        replay = await asyncio.to_thread(self.replay, request.messages, request.model, request)
+        replay = await asyncio.to_thread(self.replay, request.messages, request)
         if replay is None:
             return await handler(request)
-        with contextlib.suppress(RuntimeError):
-            await adispatch_custom_event(REPLAY_EVENT, replay.to_dict())
+        await adispatch_in_context(replay.to_dict(), REPLAY_EVENT)
         response = await handler(request.override(messages=with_replay(request.messages, replay)))
         return _reported(response, replay)
 
@@ -166,12 +163,12 @@ class ReContextMiddleware(AgentMiddleware):
         replay = self.replay(messages)
         return {"llm_input_messages": with_replay(messages, replay) if replay else list(messages)}
 
-    def _room(self, messages: Sequence[BaseMessage], model: Any, request: ModelRequest | None) -> int | None:
+    def _room(self, messages: Sequence[BaseMessage], request: ModelRequest | None) -> int | None:
         """What the agent model's window has left: an estimate (LangChain's approximate count of the
         messages, the system message and the tools), as the agent model's tokenizer is not known here."""
         limit = self.max_input_tokens
-        if limit is None and model is not None:
-            profile = getattr(model, "profile", None) or {}
+        if limit is None and request is not None:
+            profile = getattr(request.model, "profile", None) or {}
             limit = profile.get("max_input_tokens") if isinstance(profile, dict) else None
         if limit is None:
             return None

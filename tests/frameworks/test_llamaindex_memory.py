@@ -17,8 +17,6 @@ pytest.importorskip("llama_index.core")
 
 from llama_index.core.base.llms.types import ChatMessage  # noqa: E402
 from llama_index.core.chat_engine import SimpleChatEngine  # noqa: E402
-from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler  # noqa: E402
 from llama_index.core.instrumentation.events.llm import LLMChatStartEvent  # noqa: E402
 from llama_index.core.memory import Memory  # noqa: E402
 
@@ -59,28 +57,6 @@ def session() -> list[ChatMessage]:
         ChatMessage(role="user", content="Thanks. Which folder holds the build?"),
         ChatMessage(role="assistant", content="The build folder is dist/."),
     ]
-
-
-class Recorder(BaseEventHandler):
-    """The messages each LLM chat call was sent, and the evidence events."""
-
-    events: list = []
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "MemoryRecorder"
-
-    def handle(self, event: Any, **kwargs: Any) -> None:
-        self.events.append(event)
-
-
-@pytest.fixture
-def recorder():
-    handler = Recorder(events=[])
-    dispatcher = get_dispatcher()
-    dispatcher.add_event_handler(handler)
-    yield handler
-    dispatcher.event_handlers.remove(handler)
 
 
 def memory(block: ReContextMemoryBlock, token_limit: int = 1500) -> Memory:

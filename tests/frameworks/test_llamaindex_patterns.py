@@ -15,9 +15,7 @@ pytest.importorskip("llama_index.core")
 
 from llama_index.core import SummaryIndex  # noqa: E402
 from llama_index.core.chat_engine import CondensePlusContextChatEngine, ContextChatEngine  # noqa: E402
-from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler  # noqa: E402
-from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMChatInProgressEvent  # noqa: E402
+from llama_index.core.instrumentation.events.llm import LLMChatInProgressEvent  # noqa: E402
 from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent  # noqa: E402
 from llama_index.core.query_engine import CitationQueryEngine  # noqa: E402
 from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, TextNode  # noqa: E402
@@ -29,31 +27,7 @@ from recontext_integrations.llama_index import (  # noqa: E402
 )
 from recontext_integrations.llama_index.postprocessor import SENTENCE_KEY  # noqa: E402
 from tests.frameworks.corpus import CHUNKS, FACT, FAST, MAX_TOKENS, QUESTION, holds_fact  # noqa: E402
-
-
-class Recorder(BaseEventHandler):
-    """Every instrumentation event, in order."""
-
-    events: list = []
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "Recorder"
-
-    def handle(self, event: Any, **kwargs: Any) -> None:
-        self.events.append(event)
-
-    def responses(self) -> list[Any]:
-        return [e.response for e in self.events if isinstance(e, LLMChatEndEvent)]
-
-
-@pytest.fixture
-def recorder():
-    handler = Recorder(events=[])
-    dispatcher = get_dispatcher()
-    dispatcher.add_event_handler(handler)
-    yield handler
-    dispatcher.event_handlers.remove(handler)
+from tests.frameworks.llamaindex_events import Recorder  # noqa: E402
 
 
 @pytest.fixture(scope="module")
