@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .backend_flags import add_model_arguments, model_options
 from .errors import ReContextError
 
 if TYPE_CHECKING:
@@ -83,12 +84,7 @@ def _add_ask(commands: Commands) -> None:
         default=None,
         help="progress bar for long prefills (default: on when stderr is a terminal)",
     )
-    ask.add_argument(
-        "--model", default=None, help="hub id, local folder or .gguf (default: embedded SmolLM2)"
-    )
-    ask.add_argument("--heads", default="auto", help="'auto' or a head-set JSON file")
-    ask.add_argument("--device", default=None, help="transformers device (default cpu)")
-    ask.add_argument("--backend", default="transformers", choices=["transformers", "vllm"])
+    add_model_arguments(ask)
     ask.set_defaults(run=_run_ask)
 
 
@@ -107,9 +103,7 @@ def _run_ask(args: argparse.Namespace) -> int:
     }
     config = ReplayConfig().with_options(**{k: v for k, v in options.items() if v is not None})
     progress = sys.stderr.isatty() if args.progress is None else args.progress
-    engine = ReContextEngine.from_pretrained(
-        args.model, heads=args.heads, device=args.device, backend=args.backend, progress=progress
-    )
+    engine = ReContextEngine.from_pretrained(args.model, progress=progress, **model_options(args))
     context = documents[0] if len(documents) == 1 else documents
     if args.json:
         result = engine.answer(context, args.question, config)
@@ -161,8 +155,22 @@ def _add_serve(commands: Commands) -> None:
     serve.set_defaults(run=serve_cli.main)
 
 
+EXAMPLES = """examples:
+  recontext ask --context report.txt --question "Who signed the lease?"
+  recontext ask --context a.txt --context b.txt --question "..." --json --html view.html
+  recontext bench --quick --out bench-out
+  recontext serve --port 8000          # OpenAI-compatible: POST /v1/chat/completions
+
+`recontext COMMAND --help` lists a command's options; docs/ has the user guide."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="recontext", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="recontext",
+        description="ReContext: recursive evidence replay for long-context LLM calls (arXiv 2607.02509).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     _add_ask(commands)
     _add_heads(commands)

@@ -148,7 +148,8 @@ class ReContextEngine:
         context cache held (not prefilled again)."""
         request = self._start(context, question, config)
         try:
-            return self._select(request), request.cached_tokens
+            evidence = self._select(request)
+            return evidence, self._cached_tokens(request)
         finally:
             self._finish(request)
 
@@ -348,6 +349,11 @@ class ReContextEngine:
             self.context_cache.put(request.prefix.ids, request.cache)
         request.cache = None
 
+    def _cached_tokens(self, request: Request) -> int:
+        """Prompt tokens an earlier call had computed: the backend's prefix cache, else ours."""
+        served = self.backend.cached_tokens(request.cache)
+        return request.cached_tokens if served is None else served
+
     def _select(self, request: Request) -> list[Evidence]:
         return select_evidence(request, self.reader)
 
@@ -432,7 +438,10 @@ class ReContextEngine:
             text=text,
             evidence=chosen,
             usage=Usage(
-                len(request.prefix.ids) + len(suffix_ids), produced, evidence_tokens, request.cached_tokens
+                len(request.prefix.ids) + len(suffix_ids),
+                produced,
+                evidence_tokens,
+                self._cached_tokens(request),
             ),
             timings=request.timings,
             model=self.model_name,

@@ -86,6 +86,11 @@ class Backend(ABC):
         # the kept branch is read last, so that it stays in the cache
         return [self.read(cache, prefix_len, shared_ids + branches[0], heads, cue_window, keep), *later]
 
+    def cached_tokens(self, cache: Any) -> int | None:
+        """Prompt tokens the backend's own prefix cache served to the request of ``cache`` (None:
+        it keeps no such cache; the engine's context cache counts them)."""
+        return None
+
     def crop(self, cache: Any, length: int) -> None:
         """Keep the first ``length`` cached positions (backends with :attr:`can_crop`)."""
         raise NotImplementedError(f"the {self.name} backend cannot crop its cache")

@@ -258,6 +258,9 @@ class BackendView(Backend):
     def crop(self, cache: Any, length: int) -> None:
         self._backend.crop(cache, length)
 
+    def cached_tokens(self, cache: Any) -> int | None:
+        return self._backend.cached_tokens(cache)
+
     def generate_batch(
         self,
         prompts: Sequence[Sequence[int]],

@@ -2,11 +2,14 @@
 # Ready GPU check of the vLLM backend, in under 8 minutes on one GPU.
 #
 #   bash scripts/gpu_check.sh [--dry-run] [gpu_check.py options]   run the check (see --help)
+#   bash scripts/gpu_check.sh --serve MODEL [load_test.py options]  serving side by side with vllm serve
 #   bash scripts/gpu_check.sh --prepare [PYTHON_VERSION]            fill .whl/ here, on a machine with pip access
 #
 # The GPU machine has no network: everything it lacks comes from wheels in .whl/ (ignored by git;
 # carry it), installed with `pip install --no-index` into /tmp/recontext-site. The model is a tiny
-# random Llama built on the spot, or --model DIR. Exit codes: 0 passed, 1 a check failed,
+# random Llama built on the spot, or --model DIR. --serve runs scripts/load_test.py on one GPU (MODEL: a
+# local folder, or a hub id where the hub is reachable): `vllm serve` and `recontext serve --backend
+# vllm` (R=0, R=2) on ~1K and ~4K-token contexts, 1/4/16 clients, its table and plot in gpu-serve/. Exit codes: 0 passed, 1 a check failed,
 # 3 vLLM or CUDA unavailable (the paged-KV check on the GPU still ran), 4 the install failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,9 +54,19 @@ install_wheels() {
         --target "$SITE" "$WHEELS"/*.whl || return 4
 }
 
+serve() {
+    local model=${1:?--serve needs a model: a local folder or a hub id}
+    shift
+    nvidia-smi -L 2>/dev/null || echo "nvidia-smi: no GPU listed"
+    install_wheels || { echo "wheel install failed"; return 4; }
+    export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 VLLM_NO_USAGE_STATS=1
+    timeout 470 python3 scripts/load_test.py --anchor --backend vllm --model "$model" --out gpu-serve "$@"
+}
+
 case "${1:-}" in
     -h | --help) usage; exit 0 ;;
     --prepare) shift; prepare "$@"; exit $? ;;
+    --serve) shift; serve "$@"; exit $? ;;
 esac
 
 dry=0

@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 
+from ..backend_flags import add_model_arguments, model_options
 from ..errors import BackendUnavailableError, ReContextError
 
 API_KEY_ENV = "RECONTEXT_API_KEY"
@@ -19,10 +20,7 @@ ORIGINS_ENV = "RECONTEXT_ALLOWED_ORIGINS"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model", default=None, help="hub id, local folder or .gguf (default: embedded SmolLM2)"
-    )
-    parser.add_argument("--backend", default="transformers", choices=["transformers", "vllm"])
+    add_model_arguments(parser)
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)"
     )
@@ -39,8 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-tokens", type=int, default=None, help="default max_tokens per request (default 128)"
     )
-    parser.add_argument("--heads", default="auto", help="'auto' or a head-set JSON file")
-    parser.add_argument("--device", default=None, help="transformers device (default cpu)")
     parser.add_argument(
         "--served-model-name", default=None, help="model id to report (default: the model's name)"
     )
@@ -123,10 +119,11 @@ def main(args: argparse.Namespace) -> int:
         hosts = (ANY,)  # bound to a public address: DNS rebinding targets loopback servers only
     origins = split_list(_flag_or_env(args.allowed_origins, ORIGINS_ENV))
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    options = model_options(args)  # refused before the port is taken and the model loaded
+    if args.backend == "vllm":
+        options["serving"] = True  # vLLM's scheduler limits for a server, as `vllm serve` has them
     sock = _listen(args.host, args.port)
-    engine = ReContextEngine.from_pretrained(
-        args.model, heads=args.heads, device=args.device, backend=args.backend, default_config=defaults
-    )
+    engine = ReContextEngine.from_pretrained(args.model, default_config=defaults, **options)
     settings = ServerSettings(
         model_id=args.served_model_name or engine.model_name or "recontext",
         api_key=api_key,

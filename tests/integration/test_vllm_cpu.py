@@ -250,3 +250,48 @@ def test_tensor_parallel_evidence_equals_one_worker(vllm_engine, monkeypatch):
         (e.char_start, e.char_end, e.round) for e in want
     ]
     assert fact in [e.text for e in got]
+
+
+def test_concurrent_calls_batch_their_reads_in_vllm(vllm_engine):
+    """Four threads select at once: their read passes reach vLLM's scheduler together (more requests
+    running in one step than one call's question and null reads), and each gets the evidence it
+    gets alone."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    backend = vllm_engine.backend
+    documents = [planted_document(f"The locker code is {n}.", sentences=60, seed=40 + n) for n in range(4)]
+    question = "What is the locker code?"
+    alone = [vllm_engine.select_evidence(d, question, CONFIG) for d in documents]
+    assert backend.batched_reads  # the CPU build's model runner names the sequences of a batch
+    running: list[int] = []
+    step, lock = backend.router._step, threading.Lock()
+
+    def counted_step() -> None:
+        with lock:
+            running.append(backend.llm.llm_engine.get_num_unfinished_requests())
+        step()
+
+    backend.router._step = counted_step
+    try:
+        backend._recent.clear()  # no remembered rows: every read is a request
+        if vllm_engine.row_cache is not None:
+            vllm_engine.row_cache.clear()
+        with ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(lambda d: vllm_engine.select_evidence(d, question, CONFIG), documents))
+    finally:
+        backend.router._step = step
+    assert max(running) > 2
+    assert [[(e.char_start, e.char_end) for e in got] for got in together] == [
+        [(e.char_start, e.char_end) for e in got] for got in alone
+    ]
+
+
+def test_usage_reports_the_prefix_cache_as_cached_tokens(vllm_engine):
+    document = planted_document("The green gate shuts at noon.", sentences=60, depth=0.3, seed=21)
+    block = vllm_engine.backend.llm.llm_engine.vllm_config.cache_config.block_size
+    first = vllm_engine.answer(document, "When does the green gate shut?", CONFIG)
+    again = vllm_engine.answer(document, "What shuts at noon?", CONFIG)
+    context = len(vllm_engine._start(document, "What shuts at noon?", CONFIG).prefix.ids)
+    assert first.usage.cached_tokens < context - block  # computed by this call
+    assert again.usage.cached_tokens >= context // block * block - block  # the first call's blocks

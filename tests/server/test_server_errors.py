@@ -24,8 +24,8 @@ LONG = planted_document("The vault code is 4172.", sentences=1200, seed=5)  # ~1
 
 
 @pytest.fixture(scope="module")
-def server():
-    with running_server("--api-key", KEY, "--max-tokens", "4") as process:
+def server(backend):
+    with running_server("--api-key", KEY, "--max-tokens", "4", backend=backend) as process:
         yield process
 
 

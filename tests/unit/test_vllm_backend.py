@@ -464,6 +464,48 @@ def test_worker_capture_refuses_to_guess_between_sequences(read_case):
     assert rows is None and "2 sequences could be the read" in problems[0]
 
 
+def test_worker_capture_tells_armed_reads_apart_by_request_id(read_case):
+    """Two reads and a third request of the same length in one step: lengths cannot tell them apart,
+    the batch's request ids (vLLM's, with a suffix of its own) do."""
+    heads, expected, record = read_case
+    spec = {"total": TOTAL, "cue_window": CUE, "heads": [list(p) for p in heads.heads]}
+    batch = ["recontext-b-1f2e", "someone-else-77aa", "recontext-a-09cd"]
+    capture = WorkerCapture(lambda: batch)
+    capture.arm({**spec, "read_id": "recontext-a"})
+    capture.arm({**spec, "read_id": "recontext-b"})
+    generator = torch.Generator().manual_seed(6)
+    for layer, rec in record.items():
+        head_dim = rec["key"].shape[-1]
+        cache = torch.zeros(16, 16, KV_HEADS, head_dim)
+        free = torch.randperm(16, generator=generator).tolist()
+        keys = [rec["key"], torch.randn(TOTAL, KV_HEADS, head_dim), rec["key"]]
+        tables = []
+        for sequence_keys in keys:
+            cache, table = scatter_to_paged(sequence_keys, 16, key_cache=cache, free_blocks=free)
+            tables.append(table)
+        block_table = torch.full((3, 6), 15)
+        for row, table in enumerate(tables):
+            block_table[row, : len(table)] = table
+        query = torch.cat([rec["query"], torch.randn(TOTAL, Q_HEADS, head_dim), rec["query"]])
+        capture.observe(
+            layer,
+            0,
+            query,
+            cache,
+            [0, TOTAL, 2 * TOTAL, 3 * TOTAL],
+            [TOTAL, TOTAL, TOTAL],
+            block_table,
+            rec["scaling"],
+            rec["softcap"],
+            rec["sliding_window"],
+        )
+    for read_id in ("recontext-a", "recontext-b"):
+        rows, problems = merge_rank_results([capture.collect(read_id)], heads, CUE, TOTAL)
+        assert problems == []
+        torch.testing.assert_close(rows, expected, atol=1e-5, rtol=0)
+    assert not capture.armed
+
+
 def test_unarmed_capture_collects_nothing():
     capture = WorkerCapture()
     capture.observe(

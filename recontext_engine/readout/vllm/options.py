@@ -34,6 +34,7 @@ RUNTIME_OPTIONS = (
     "readout_device",
     "prefill_chunk",
     "engine_args",
+    "serving",  # vLLM's batch defaults for its OpenAI server rather than for offline use (recontext serve)
 )
 STRUCTURED_OUTPUTS = {"backend": "xgrammar", "disable_any_whitespace": True}
 # vLLM's own default (0.9) leaves too little room for the transformers readout's copy of the model.

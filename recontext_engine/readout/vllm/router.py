@@ -21,10 +21,19 @@ class RequestRouter:
         self.lock = lock
         self._inbox: dict[str, deque] = {}
 
-    def add(self, prompt: dict[str, Any], params: Any) -> str:
-        request_id = f"recontext-{uuid.uuid4().hex}"
+    @staticmethod
+    def new_id() -> str:
+        return f"recontext-{uuid.uuid4().hex}"
+
+    def add(
+        self, prompt: dict[str, Any], params: Any, request_id: str | None = None, priority: int = 0
+    ) -> str:
+        """Add a request (``priority``: lower runs first, under vLLM's ``scheduling_policy="priority"``)."""
+        request_id = request_id or self.new_id()
         with self.lock:
-            self.engine.add_request(request_id, prompt, params)
+            self.engine.add_request(
+                request_id, prompt, params, **({"priority": priority} if priority else {})
+            )
             self._inbox[request_id] = deque()
         return request_id
 
@@ -59,10 +68,11 @@ class RequestRouter:
                     return
 
     def run(self, request_ids: Sequence[str]) -> dict[str, Any]:
-        """Step until all ``request_ids`` finish; their final outputs."""
+        """Step until all ``request_ids`` finish; their final outputs. The lock is held one step at a
+        time, so other callers add requests in between and vLLM batches them with these."""
         final: dict[str, Any] = {}
-        with self.lock:
-            while len(final) < len(request_ids):
+        while len(final) < len(request_ids):
+            with self.lock:
                 for rid in request_ids:
                     box = self._inbox.get(rid)
                     while box:

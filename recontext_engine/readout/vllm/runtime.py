@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import warnings
 from typing import Any
 
@@ -48,12 +49,37 @@ def _import_vllm():
     return vllm, platform
 
 
+def serving_defaults(engine_args: dict[str, Any]) -> dict[str, Any]:
+    """The scheduler's batch limits ``vllm serve`` starts with, and priority scheduling by call,
+    where ``engine_args`` set none.
+
+    ``vllm.LLM`` takes vLLM's offline defaults (on the CPU build 4096 tokens and 256 sequences a
+    step, twice a server's), which suit one batch sent at once; a server's requests arrive over
+    time, and the smaller step lets the earlier ones finish first, as under ``vllm serve``.
+    """
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.usage.usage_lib import UsageContext
+
+        sizes = (int(engine_args.get(f"{kind}_parallel_size", 1)) for kind in ("tensor", "pipeline"))
+        tokens, sequences = EngineArgs.get_batch_defaults(math.prod(sizes))
+        chosen = {
+            "max_num_batched_tokens": tokens[UsageContext.OPENAI_API_SERVER],
+            "max_num_seqs": sequences[UsageContext.OPENAI_API_SERVER],
+            "scheduling_policy": "priority",  # a call's passes keep its place (VLLMBackend.new_cache)
+        }
+    except (ImportError, AttributeError, KeyError, TypeError):  # a vLLM without these defaults: its own
+        return {}
+    return {key: value for key, value in chosen.items() if key not in engine_args}
+
+
 def create_vllm_runtime(model: str | None, **options: Any) -> Runtime:
     """Build a :class:`~recontext_engine.protocol.Runtime` on vLLM (its CUDA or its CPU build).
 
     Options: ``readout`` (``"paged"``, the default, or ``"transformers"``), ``readout_device``
     (where the transformers readout's copy of the model runs; default: where vLLM runs),
-    ``dtype``, ``revision``, ``gguf_file``, ``prefill_chunk``, ``engine_args`` (a dict); any other
+    ``dtype``, ``revision``, ``gguf_file``, ``prefill_chunk``, ``engine_args`` (a dict), ``serving``
+    (``vllm serve``'s scheduler batch limits, see :func:`serving_defaults`); any other
     keyword (``tensor_parallel_size``, ``max_model_len``, ``kv_cache_memory_bytes``, ...) goes to
     ``vllm.LLM``. ``device`` is ignored: vLLM places itself.
 
@@ -65,6 +91,8 @@ def create_vllm_runtime(model: str | None, **options: Any) -> Runtime:
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
     ours, engine_args = split_options(options)
+    if ours.get("serving"):
+        engine_args = {**serving_defaults(engine_args), **engine_args}
     readout = check_readout(ours.get("readout") or DEFAULT_READOUT)
     folder, name, source = resolve_model_folder(model, ours.get("gguf_file"))
     args = engine_arguments(

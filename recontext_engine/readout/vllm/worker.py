@@ -57,12 +57,13 @@ class ReadoutWorkerExtension:
     def _recontext_capture(self) -> WorkerCapture:
         state = getattr(self, "_recontext_state", None)
         if state is None:
-            state = WorkerCapture()
+            state = WorkerCapture(lambda: batch_request_ids(self.model_runner))
             self._recontext_state = state
         return state
 
     def recontext_install_readout(self) -> dict[str, Any]:
-        """Wrap every decoder attention layer once: ``{"layers": [...], "error": str | None}``."""
+        """Wrap every decoder attention layer once: ``{"layers": [...], "error": str | None,
+        "batch_ids": bool}`` (whether reads can be told apart by request id, so batched)."""
         try:
             from vllm.distributed import get_tensor_model_parallel_rank
 
@@ -78,15 +79,25 @@ class ReadoutWorkerExtension:
             model = self.get_model() if hasattr(self, "get_model") else self.model_runner.model
             modules = list(model.named_modules())
         try:
-            return {"layers": install_capture(modules, self._recontext_capture(), rank), "error": None}
+            layers = install_capture(modules, self._recontext_capture(), rank)
         except UnsupportedModelError as exc:
-            return {"layers": [], "error": str(exc)}
+            return {"layers": [], "error": str(exc), "batch_ids": False}
+        named = batch_request_ids(self.model_runner) is not None
+        return {"layers": layers, "error": None, "batch_ids": named}
 
     def recontext_arm(self, spec: dict[str, Any]) -> None:
         self._recontext_capture().arm(spec)
 
-    def recontext_collect(self) -> dict[str, Any]:
-        return self._recontext_capture().collect()
+    def recontext_collect(self, read_id: str = "") -> dict[str, Any]:
+        return self._recontext_capture().collect(read_id)
+
+
+def batch_request_ids(model_runner: Any) -> list[str] | None:
+    """The request ids of the batch being run, in the order of its attention metadata: vLLM's V1
+    model runner keeps them in ``input_batch.req_ids`` (on the GPU and the CPU build); None where a
+    runner does not (the V2 model runner), and reads then run alone."""
+    ids = getattr(getattr(model_runner, "input_batch", None), "req_ids", None)
+    return list(ids) if isinstance(ids, list) else None
 
 
 def install_capture(modules: Iterable[tuple[str, Any]], state: WorkerCapture, rank: int = 0) -> list[int]:
@@ -144,7 +155,7 @@ def _wrap_forward(
 
     def forward(layer, query, key, value, kv_cache, attn_metadata, *args, **kwargs):
         output = original(layer, query, key, value, kv_cache, attn_metadata, *args, **kwargs)
-        if state.armed and attn_metadata is not None and index in state.heads_by_layer:
+        if state.armed and attn_metadata is not None and state.wants(index):
             try:
                 if getattr(attn_metadata, "dcp_context_kv_lens", None) is not None:
                     raise UnsupportedModelError("decode context parallelism splits the KV cache across ranks")
@@ -174,7 +185,7 @@ def _wrap_forward(
                     sliding_window(impl),
                 )
             except Exception as exc:  # never break vLLM's forward; the read reports it instead
-                state.error = f"layer {index}: {type(exc).__name__}: {exc}"
+                state.fail(f"layer {index}: {type(exc).__name__}: {exc}")
         return output
 
     return forward
