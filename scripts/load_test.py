@@ -40,7 +40,7 @@ import httpx
 
 from recontext_engine.backend_flags import parse_engine_arg
 from recontext_engine.bench.tasks import generate_case
-from recontext_engine.serve.process import ServerProcess, free_port
+from recontext_engine.serve.process import ServerProcess, end_process_group, free_port
 
 STARTUP_SECONDS = 900
 
@@ -146,7 +146,9 @@ class VLLMServe(AbstractContextManager["VLLMServe"]):
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> VLLMServe:
-        self.process = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            self.command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + STARTUP_SECONDS
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -166,6 +168,8 @@ class VLLMServe(AbstractContextManager["VLLMServe"]):
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.process is not None:
+            end_process_group(self.process.pid)
 
 
 def vllm_flags(engine_args: dict[str, Any]) -> list[str]:
@@ -220,6 +224,8 @@ def plot(cells: list[dict[str, Any]], file: Path) -> None:
         axes[1][column].set_ylabel("p50 latency (s)")
         for row in axes:
             row[column].set_xscale("log", base=2)
+            row[column].set_xticks(sorted({c["concurrency"] for c in cells}))
+            row[column].set_xticklabels([str(n) for n in sorted({c["concurrency"] for c in cells})])
             row[column].set_xlabel("concurrent clients")
             row[column].grid(alpha=0.3)
     axes[0][0].legend()

@@ -144,5 +144,10 @@ def main(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         timeout_graceful_shutdown=5,
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        close = getattr(engine.backend, "close", None)
+        if close is not None:
+            close()  # vLLM's engine core and workers are processes of their own: stopped with us
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +29,23 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def end_process_group(group: int, grace: float = 5.0) -> None:
+    """Stop what is left of process group ``group`` (a server's vLLM engine core and workers, which
+    outlive a server killed before it could stop them): SIGTERM, then SIGKILL after ``grace`` s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(group, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(group, 0)  # raises once no process of the group is left
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
 
 
 class ServerProcess:
@@ -81,8 +99,14 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         command = [sys.executable, "-m", "recontext_engine.cli", "serve", "--host", self.host]
         command += ["--port", str(self.port), *self.args]
+        # its own process group, so that stop() reaches the engine's processes too (vLLM's)
         self.process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.cwd, env=self.env
+            command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=self.cwd,
+            env=self.env,
+            start_new_session=True,
         )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
@@ -102,13 +126,15 @@ class ServerProcess:
         )
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.terminate()
+                try:
+                    self.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
+            end_process_group(self.process.pid)
         self._log.close()
 
     def __enter__(self) -> ServerProcess:

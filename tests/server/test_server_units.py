@@ -251,3 +251,21 @@ def test_the_evidence_rides_on_the_last_chunk(include_usage: bool) -> None:
     assert chunks[-1]["replayed"] is True and chunks[-1]["evidence"][0]["text"] == "A fact."
     if include_usage:
         assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] == 12
+
+
+def test_a_stopped_server_leaves_no_process_of_its_group_behind() -> None:
+    """vLLM's engine core and workers are the server's children: a server killed before it could
+    stop them would leave them running (as it once did after every vLLM server test)."""
+    import os
+
+    from recontext_engine.serve.process import end_process_group
+
+    # a parent that leaves a child running when it is killed, as a killed server leaves vLLM's
+    parent = subprocess.Popen(["bash", "-c", "sleep 60 & wait"], start_new_session=True)
+    time.sleep(0.3)
+    parent.kill()
+    parent.wait()
+    os.killpg(parent.pid, 0)  # the orphaned child is still there
+    end_process_group(parent.pid, grace=2.0)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(parent.pid, 0)

@@ -105,6 +105,15 @@ class VLLMBackend(Backend):
         # (kind, prompt tokens, tokens vLLM took from its prefix cache) of the latest requests
         self.prefix_hits: deque[tuple[str, int, int]] = deque(maxlen=64)
 
+    def close(self) -> None:
+        """Stop vLLM's engine core and its workers (processes of their own); best effort."""
+        core = getattr(self.llm.llm_engine, "engine_core", None)
+        try:
+            if core is not None:
+                core.shutdown()
+        except Exception:  # already stopping, or a vLLM without it: the process group ends them
+            pass
+
     def input_embeddings(self) -> torch.Tensor | None:
         """The (vocab, dim) input embeddings (the embedding signal): the transformers
         readout's, else read once from the checkpoint; None without either."""
