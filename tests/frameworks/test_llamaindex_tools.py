@@ -23,8 +23,6 @@ from llama_index.core.base.llms.types import (  # noqa: E402
     TextBlock,
     ToolCallBlock,
 )
-from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler  # noqa: E402
 from llama_index.core.llms.function_calling import FunctionCallingLLM  # noqa: E402
 from llama_index.core.prompts import PromptTemplate  # noqa: E402
 from llama_index.core.tools import FunctionTool  # noqa: E402
@@ -320,35 +318,17 @@ def test_predict_and_call_returns_the_tool_output(llm):
     assert response.response == source.content and source.content.endswith("captained by Mary Doyle.")
 
 
-class _Evidence(BaseEventHandler):
-    events: list = []
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "_Evidence"
-
-    def handle(self, event: Any, **kwargs: Any) -> None:
-        if isinstance(event, ReContextEvidenceEvent):
-            self.events.append(event)
-
-
 @pytest.mark.model
-def test_function_agent_calls_the_tool_then_answers_from_its_output(llm):
+def test_function_agent_calls_the_tool_then_answers_from_its_output(llm, recorder):
     tool = FunctionTool.from_defaults(read_harbour_log)
     agent = FunctionAgent(tools=[tool], llm=llm, initial_tool_choice="read_harbour_log", streaming=False)
-    handler = _Evidence(events=[])
-    root = get_dispatcher()
-    root.add_event_handler(handler)
 
     async def run() -> tuple[list[Any], Any]:
         run_handler = agent.run("Who captained the Halcyon?", max_iterations=4)
         events = [e async for e in run_handler.stream_events() if isinstance(e, ToolCall | ToolCallResult)]
         return events, await run_handler
 
-    try:
-        events, output = asyncio.run(run())
-    finally:
-        root.event_handlers.remove(handler)
+    events, output = asyncio.run(run())
     calls = [e for e in events if type(e) is ToolCall]
     results = [e for e in events if isinstance(e, ToolCallResult)]
     assert [c.tool_name for c in calls] == ["read_harbour_log"]
@@ -359,5 +339,6 @@ def test_function_agent_calls_the_tool_then_answers_from_its_output(llm):
     assert {e["message_index"] for e in evidence} == {2}  # [question, the call, the tool's output]
     assert all(e["text"] in read_harbour_log() for e in evidence)
     assert FACT in [e["text"] for e in evidence]
-    assert handler.events and handler.events[-1].evidence == evidence
+    replayed = [e for e in recorder.events if isinstance(e, ReContextEvidenceEvent)]
+    assert replayed and replayed[-1].evidence == evidence
     json.dumps(output.raw)  # the raw payload stays plain JSON
