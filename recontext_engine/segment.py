@@ -31,8 +31,10 @@ offset exact into the original string (nothing is rewritten):
      inside its frame: the frame characters at the lines' edges belong to no unit.
 
 2. **Sentences**: sentencex splits each block (``language`` as given), line breaks read as
-   spaces; a piece that is only a list marker ("2.", "1.1.", "Section 4.") joins the next piece,
-   so ``2. Grant of Copyright License.`` is one unit.
+   spaces; a piece that is only a list marker or a label ("2.", "1.1.", "Section 4.", "Day 31.",
+   "Step 2.", "Chapter IV.") joins the next piece of its block, so ``2. Grant of Copyright
+   License.`` and ``Day 31. The Albatross left Bergen ...`` are one unit each (a label carries no
+   evidence of its own; a unit of its own it would only draw attention by its position).
 3. **Length**: a piece over ``max_chars`` is cut at the last clause boundary that leaves a
    quarter of ``max_chars`` on both sides: ``;``, ``:``, ``, and``/``, or``/``, but``, an
    ``(ii)`` enumeration, a comma, else whitespace, else after punctuation; only a run with none
@@ -95,6 +97,9 @@ _SECTION = re.compile(
     r"[ \t]+(?:\d{1,4}|[IVXLC]{1,6}|[A-Z])|§[ \t]*\d{1,4})"
     r"(?:\.\d{1,4}){0,6}(?:[.:)]|[ \t]+[-–—][ \t]|[ \t]*$)"
 )
+# A label of the text that follows it: one capitalised word and an ordinal ("Day 31.", "Step 2:",
+# "Chapter IV.", "Part B)"). As a sentencex piece of its own it joins the next piece of its block.
+_LABEL = re.compile(r"[A-Z][^\W\d_]{0,19}[ \t]+(?:\d{1,4}(?:\.\d{1,4}){0,3}|[IVXLC]{1,6}|[A-Z])[.:)]")
 # One token ("key-1:", "Reply-To:", "/usr/lib/x:") or up to three words, capitalised ("Due date:").
 _KEY_VALUE = re.compile(r"(?:[A-Za-z/~][\w\-./~@]{0,60}|[A-Z][\w\-]{0,30}(?: [\w\-]{1,30}){1,2}):(?:\s|$)")
 _QUOTED_KEY = re.compile(r"(?:\"[^\"\n]{0,200}\"|'[^'\n]{0,200}')[ \t]*:")
@@ -448,7 +453,7 @@ def cap(text: str, start: int, end: int, max_chars: int) -> list[tuple[int, int]
 
 
 def _is_marker(piece: str) -> bool:
-    return bool(_MARKER.fullmatch(piece) or _SECTION.fullmatch(piece))
+    return bool(_MARKER.fullmatch(piece) or _SECTION.fullmatch(piece) or _LABEL.fullmatch(piece))
 
 
 def _sentences(text: str, start: int, end: int, language: str) -> Iterator[tuple[int, int]]:

@@ -103,7 +103,7 @@ def test_later_rounds_query_bm25_with_the_pooled_sentences_that_share_the_questi
 
 def test_a_line_the_log_repeats_is_replayed_once(engine) -> None:
     # The cookbook's shipping log repeats "The harbour master noted a short squall in the afternoon."
-    # 13 times; the embedded model's heads rank five of those copies first among its 302 sentences.
+    # 13 times; the embedded model's heads rank five of those copies first among its 242 units.
     log = (Path(__file__).parents[2] / "cookbook" / "data" / "shipping_log.txt").read_text(encoding="utf-8")
     evidence = engine.select_evidence(log, "What padlock code sealed the cold-storage hold of the Halcyon?")
     texts = [e.text for e in evidence]

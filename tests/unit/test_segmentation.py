@@ -352,6 +352,35 @@ def test_small_structural_shapes(text: str, expected: list[str]) -> None:
     assert units(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "Day 31. The Albatross left Bergen. Loading took 6 hours.\nDay 32. The Marlin left Cork.",
+            ["Day 31. The Albatross left Bergen.", "Loading took 6 hours.", "Day 32. The Marlin left Cork."],
+        ),
+        ("Step 2. Open the lid. Step 3: Close it.", ["Step 2. Open the lid.", "Step 3: Close it."]),
+        ("Article 5. Members shall vote.", ["Article 5. Members shall vote."]),
+        ("Chapter IV. It was dark. Part B) The rest.", ["Chapter IV. It was dark.", "Part B) The rest."]),
+        ("1. First item here.\n2. Second item.", ["1. First item here.", "2. Second item."]),
+        ("(a) the first case;\n(b) the second.", ["(a) the first case;", "(b) the second."]),
+        # Not labels: a sentence that ends on a number, a label that ends its block, a label line.
+        ("It was 5. Then more.", ["It was 5.", "Then more."]),
+        ("The log ends. Day 3.", ["The log ends.", "Day 3."]),
+        ("Day 3.\n\nThe ship left.", ["Day 3.", "The ship left."]),
+    ],
+)
+def test_a_label_joins_the_sentence_after_it(text: str, expected: list[str]) -> None:
+    assert units(text) == expected
+
+
+def test_the_shipping_log_has_no_day_units() -> None:
+    log = read(Path(__file__).parents[2] / "cookbook" / "data" / "shipping_log.txt")
+    found = units(log)
+    assert not [u for u in found if re.fullmatch(r"Day \d+\.", u)]
+    assert "Day 3. The Halcyon left Cork carrying coffee sacks with a crew of 10." in found
+
+
 def test_blocks_are_paragraphs() -> None:
     text = licence("Apache-2.0")
     found = blocks(text)
@@ -366,7 +395,8 @@ _PIECES = st.sampled_from(
         "- ", "* ", "• ", "1. ", "2) ", "(a) ", "(iii) ", "a. ", "Section 4. ", "> ", "# ", "```",
         "| a | b |", "===", "---", "key: value", "TERMS AND CONDITIONS", "inter-\nnational",
         "word ", "the ", "of ", "Licence ", "sentence. ", "clause; ", "and, ", "or ", "(ii) ",
-        "2024-05-01 12:00:00 INFO started", "*" + " " * 20 + "*\n", "東京に住んでいます。", "Zoë ",
+        "Day 3. ", "Step IV: ", "2024-05-01 12:00:00 INFO started", "*" + " " * 20 + "*\n",
+        "東京に住んでいます。", "Zoë ",
     ]
 )  # fmt: skip
 _TEXT = st.lists(st.one_of(_PIECES, st.characters()), max_size=120).map("".join)
