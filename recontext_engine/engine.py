@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from functools import cached_property
 from typing import Any
 
@@ -148,7 +149,8 @@ class ReContextEngine:
         context cache held (not prefilled again)."""
         request = self._start(context, question, config)
         try:
-            evidence = self._select(request)
+            with self._admitted(request, reads=True):
+                evidence = self._select(request)
             return evidence, self._cached_tokens(request)
         finally:
             self._finish(request)
@@ -354,6 +356,13 @@ class ReContextEngine:
         served = self.backend.cached_tokens(request.cache)
         return request.cached_tokens if served is None else served
 
+    def _admitted(self, request: Request, reads: bool) -> AbstractContextManager[None]:
+        """The backend's admission (:meth:`Backend.admit`) for a call that reads: its passes need its
+        context's KV kept between them; a call that only generates is one pass, left to the backend."""
+        if not reads or request.config.rounds == 0:
+            return nullcontext()
+        return self.backend.admit(len(request.prefix.ids) + request.config.generation.max_new_tokens)
+
     def _select(self, request: Request) -> list[Evidence]:
         return select_evidence(request, self.reader)
 
@@ -379,22 +388,23 @@ class ReContextEngine:
         on_evidence: EvidenceCallback | None = None,
     ) -> Iterator[str]:
         config, prefix = request.config, request.prefix
-        if evidence is None:
-            chosen = self._select(request)
-        else:
-            chosen = [e for e in evidence if e.text.strip()]
-            request.timings["select"] = 0.0
-        suffix = self.prompts.suffix(
-            prefix, request.question, chosen, config, numbered=config.generation.cite_evidence
-        )
-        if len(prefix.ids) + len(suffix.ids) + 1 > self.context_window:
-            raise PromptTooLongError(
-                f"context, evidence and question take {len(prefix.ids) + len(suffix.ids)} tokens, over the "
-                f"model window of {self.context_window}; lower top_k or max_evidence"
+        with self._admitted(request, reads=evidence is None):
+            if evidence is None:
+                chosen = self._select(request)
+            else:
+                chosen = [e for e in evidence if e.text.strip()]
+                request.timings["select"] = 0.0
+            suffix = self.prompts.suffix(
+                prefix, request.question, chosen, config, numbered=config.generation.cite_evidence
             )
-        if on_evidence is not None:
-            on_evidence(list(chosen))
-        yield from self._generate(request, chosen, suffix.ids, suffix.evidence_tokens, stream)
+            if len(prefix.ids) + len(suffix.ids) + 1 > self.context_window:
+                raise PromptTooLongError(
+                    f"context, evidence and question take {len(prefix.ids) + len(suffix.ids)} tokens, over "
+                    f"the model window of {self.context_window}; lower top_k or max_evidence"
+                )
+            if on_evidence is not None:
+                on_evidence(list(chosen))
+            yield from self._generate(request, chosen, suffix.ids, suffix.evidence_tokens, stream)
 
     def _generate(
         self,

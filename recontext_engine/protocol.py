@@ -6,7 +6,8 @@ attention rows of the selected heads (``read``) and generates (``generate``). Th
 backend overrides where it can do better: ``read_branches`` (several suffixes over one shared start,
 by default one ``read`` each), ``crop`` with ``can_crop`` (a read's tokens stay in the cache with
 ``read(..., keep=True)``, so the generation goes on from them), ``generate_batch`` with
-``batches``, ``input_embeddings`` (for the embedding signal) and ``eos_ids``.
+``batches``, ``input_embeddings`` (for the embedding signal), ``eos_ids`` and ``admit`` (a call's
+place among concurrent calls).
 Factories are registered as ``"module:function"`` strings, so a backend's dependencies (vLLM, say)
 are imported only when it is chosen.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +92,12 @@ class Backend(ABC):
         """Prompt tokens the backend's own prefix cache served to the request of ``cache`` (None:
         it keeps no such cache; the engine's context cache counts them)."""
         return None
+
+    def admit(self, tokens: int) -> AbstractContextManager[None]:
+        """Held by the engine around a call's read passes and generation, which take about ``tokens``
+        tokens of KV; a backend that serves concurrent calls may make it wait for room. This default
+        admits at once."""
+        return nullcontext()
 
     def crop(self, cache: Any, length: int) -> None:
         """Keep the first ``length`` cached positions (backends with :attr:`can_crop`)."""

@@ -282,6 +282,9 @@ def test_concurrent_calls_batch_their_reads_in_vllm(vllm_engine):
     finally:
         backend.router._step = step
     assert max(running) > 2
+    cache_config = backend.llm.llm_engine.vllm_config.cache_config
+    assert backend.kv_admission.capacity == cache_config.num_gpu_blocks * cache_config.block_size > 0
+    assert backend.kv_admission.held == backend.kv_admission.running == 0  # every call gave its room back
     assert [[(e.char_start, e.char_end) for e in got] for got in together] == [
         [(e.char_start, e.char_end) for e in got] for got in alone
     ]

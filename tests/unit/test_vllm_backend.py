@@ -10,6 +10,7 @@ import importlib.util
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +29,7 @@ from recontext_engine.readout.vllm import (
     VLLMBackend,
     merge_rank_results,
 )
+from recontext_engine.readout.vllm.admission import KVAdmission
 from recontext_engine.readout.vllm.capture import WorkerCapture
 from recontext_engine.readout.vllm.layouts import check_keys, cpu_key_order, key_cache, layout_of
 from recontext_engine.readout.vllm.options import (
@@ -788,6 +790,30 @@ def test_interleaved_streams_and_batch_match_one_at_a_time(vllm_engine):
         prompts.append(request.prefix.ids + vllm_engine.prompts.suffix(request.prefix, q, [], config).ids)
     batch = vllm_engine.backend.generate_batch(prompts, config.generation)
     assert [vllm_engine.tokenizer.decode(t, skip_special_tokens=True) for t in batch] == alone
+
+
+@pytest.mark.model
+def test_calls_that_read_wait_for_kv_room_and_others_do_not(vllm_engine, monkeypatch):
+    backend = vllm_engine.backend
+    config = vllm_engine.default_config.with_options(rounds=1, top_k=2, max_new_tokens=4)
+    need = len(vllm_engine._start(CONTEXT, QUESTION, config).prefix.ids) + 4
+    evidence = vllm_engine.select_evidence(CONTEXT, QUESTION, config)
+    monkeypatch.setattr(backend, "kv_admission", KVAdmission(need))  # room for one call
+    first = vllm_engine.stream(CONTEXT, QUESTION, config)
+    next(first)  # selected and generating: it holds the room
+    assert backend.kv_admission.held == need
+    second = vllm_engine.stream(CONTEXT, "When does the harbour office open?", config)
+    got: list[str] = []
+    waiting = threading.Thread(target=lambda: got.append("".join(second)), daemon=True)
+    waiting.start()
+    time.sleep(0.5)
+    assert waiting.is_alive() and backend.kv_admission.waiting == 1 and not got
+    # calls that do not read (vanilla, given evidence) are one pass each: not held back
+    assert vllm_engine.answer(CONTEXT, QUESTION, config, rounds=0).text
+    assert vllm_engine.answer(CONTEXT, QUESTION, config, evidence=evidence).text
+    "".join(first)  # the first call ends and frees its room
+    waiting.join(60)
+    assert got and got[0] and backend.kv_admission.held == 0
 
 
 # -- the GPU check's CPU parts ----------------------------------------------------------------------

@@ -7,6 +7,7 @@ import threading
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from ...config import GenerationConfig
 from ...errors import PromptTooLongError, ReContextError, UnsupportedModelError
 from ...heads.headset import HeadSet
 from ...protocol import Backend
+from .admission import KVAdmission
 from .options import DEFAULT_READOUT, check_readout, sampling_arguments
 from .router import RequestRouter, new_token_ids
 
@@ -104,6 +106,12 @@ class VLLMBackend(Backend):
         self.prioritized = str(getattr(scheduler, "policy", "fcfs")) == "priority"
         # (kind, prompt tokens, tokens vLLM took from its prefix cache) of the latest requests
         self.prefix_hits: deque[tuple[str, int, int]] = deque(maxlen=64)
+        self.kv_admission = KVAdmission(kv_capacity(llm.llm_engine))
+
+    def admit(self, tokens: int) -> AbstractContextManager[None]:
+        """A call runs once its ``tokens`` fit in vLLM's KV cache beside the calls running (see
+        :mod:`.admission`): its passes then find its context in the prefix cache."""
+        return self.kv_admission.admitted(tokens)
 
     def close(self) -> None:
         """Stop vLLM's engine core and its workers (processes of their own); best effort."""
@@ -369,6 +377,16 @@ class VLLMBackend(Backend):
                 tokens.pop()
             results.append(tokens)
         return results
+
+
+def kv_capacity(engine: Any) -> int | None:
+    """Tokens vLLM's KV cache holds (blocks times block size, per engine); None where unknown."""
+    cache_config = getattr(getattr(engine, "vllm_config", None), "cache_config", None)
+    blocks = getattr(cache_config, "num_gpu_blocks", None)
+    size = getattr(cache_config, "block_size", None)
+    if not isinstance(blocks, int) or not isinstance(size, int) or blocks <= 0 or size <= 0:
+        return None
+    return blocks * size
 
 
 def read_spec(ids: Sequence[int], heads: HeadSet, w: int, read_id: str | None = None) -> dict[str, Any]:
