@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -29,12 +30,30 @@ EvidenceCallback = Callable[[list[Evidence]], None]
 """``on_evidence`` hook of :meth:`ReContextEngine.answer`/:meth:`~ReContextEngine.stream`."""
 
 
+@dataclass
+class StreamOutcome:
+    """Where a call's generator leaves its :class:`ReplayResult`. The generator holds this, not its
+    :class:`ReplayStream`: with no reference cycle, a stream dropped unfinished is freed at once, and
+    its generator's ``finally`` (the backend's admission, the context cache) runs then, not at the
+    next garbage collection."""
+
+    result: ReplayResult | None = None
+
+
 class ReplayStream:
     """An iterator of text pieces; ``result`` holds the full :class:`ReplayResult` once it is exhausted."""
 
-    def __init__(self, pieces: Iterator[str]) -> None:
+    def __init__(self, pieces: Iterator[str], outcome: StreamOutcome | None = None) -> None:
         self._pieces = pieces
-        self.result: ReplayResult | None = None
+        self.outcome = outcome if outcome is not None else StreamOutcome()
+
+    @property
+    def result(self) -> ReplayResult | None:
+        return self.outcome.result
+
+    @result.setter
+    def result(self, result: ReplayResult | None) -> None:
+        self.outcome.result = result
 
     def __iter__(self) -> ReplayStream:
         return self
@@ -195,9 +214,8 @@ class ReContextEngine:
         """
         cfg = self._config(config, options)
         request = self._start(context, question, cfg)
-        stream = ReplayStream(iter(()))
-        stream._pieces = self._run(request, evidence, stream, on_evidence)
-        return stream
+        outcome = StreamOutcome()
+        return ReplayStream(self._run(request, evidence, outcome, on_evidence), outcome)
 
     def answer_batch(
         self,
@@ -230,13 +248,13 @@ class ReContextEngine:
             ]
         results = []
         for (request, chosen, suffix), tokens in zip(prepared, outputs):
-            stream = ReplayStream(iter(()))
+            outcome = StreamOutcome()
             for _ in self._generate(
-                request, chosen, suffix.ids, suffix.evidence_tokens, stream, iter(tokens)
+                request, chosen, suffix.ids, suffix.evidence_tokens, outcome, iter(tokens)
             ):
                 pass
-            assert stream.result is not None
-            results.append(stream.result)
+            assert outcome.result is not None
+            results.append(outcome.result)
         return results
 
     def document_scores(
@@ -286,9 +304,8 @@ class ReContextEngine:
         request = Request(
             Prefix([], torch.zeros(0, dtype=torch.long), [], []), "", cfg, self.backend.new_cache()
         )
-        stream = ReplayStream(iter(()))
-        stream._pieces = self._generate(request, [], ids, 0, stream)
-        return stream
+        outcome = StreamOutcome()
+        return ReplayStream(self._generate(request, [], ids, 0, outcome), outcome)
 
     # -- internals --------------------------------------------------------------------------
 
@@ -384,7 +401,7 @@ class ReContextEngine:
         self,
         request: Request,
         evidence: Sequence[Evidence] | None,
-        stream: ReplayStream,
+        outcome: StreamOutcome,
         on_evidence: EvidenceCallback | None = None,
     ) -> Iterator[str]:
         config, prefix = request.config, request.prefix
@@ -404,7 +421,7 @@ class ReContextEngine:
                 )
             if on_evidence is not None:
                 on_evidence(list(chosen))
-            yield from self._generate(request, chosen, suffix.ids, suffix.evidence_tokens, stream)
+            yield from self._generate(request, chosen, suffix.ids, suffix.evidence_tokens, outcome)
 
     def _generate(
         self,
@@ -412,7 +429,7 @@ class ReContextEngine:
         chosen: list[Evidence],
         suffix_ids: list[int],
         evidence_tokens: int,
-        stream: ReplayStream,
+        outcome: StreamOutcome,
         tokens: Iterator[int] | None = None,
     ) -> Iterator[str]:
         """Decode generated tokens into text pieces; ``tokens`` defaults to the backend generating now."""
@@ -444,7 +461,7 @@ class ReContextEngine:
             generation.max_new_tokens, self.context_window - len(request.prefix.ids) - len(suffix_ids)
         )
         finish = "tool_calls" if calls else "stop" if assembler.stopped or produced < limit else "length"
-        stream.result = ReplayResult(
+        outcome.result = ReplayResult(
             text=text,
             evidence=chosen,
             usage=Usage(

@@ -28,7 +28,7 @@ from recontext_engine import AttentionSignal, BM25Signal, ReContextEngine, Repla
 from recontext_engine.bench.methods import oracle_evidence
 from recontext_engine.bench.metrics import evidence_recall, substring_match
 from recontext_engine.bench.tasks import MULTILINGUAL_TASKS, BenchCase, generate_case, longest_context
-from recontext_engine.engine import ReplayStream
+from recontext_engine.engine import StreamOutcome
 from recontext_engine.request import Request
 from recontext_engine.results import Evidence
 
@@ -63,12 +63,12 @@ def _answered(
     case: BenchCase,
 ) -> bool:
     """Whether replaying ``evidence`` after the prefilled context answers ``case``; the cache is kept."""
-    stream = ReplayStream(iter(()))
-    for _ in engine._run(replace(request, config=config, timings={}), evidence, stream):
+    outcome = StreamOutcome()
+    for _ in engine._run(replace(request, config=config, timings={}), evidence, outcome):
         pass
     engine.backend.crop(request.cache, len(request.prefix.ids))
-    assert stream.result is not None
-    return substring_match(stream.result.text, case.answers)
+    assert outcome.result is not None
+    return substring_match(outcome.result.text, case.answers)
 
 
 def _row(name: str, cells: list[float], extra: str) -> str:

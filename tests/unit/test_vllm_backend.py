@@ -6,6 +6,7 @@ engine on the backend over a stand-in engine. vLLM itself runs in tests/integrat
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import subprocess
 import sys
@@ -814,6 +815,15 @@ def test_calls_that_read_wait_for_kv_room_and_others_do_not(vllm_engine, monkeyp
     "".join(first)  # the first call ends and frees its room
     waiting.join(60)
     assert got and got[0] and backend.kv_admission.held == 0
+    gc.disable()  # a stream dropped unfinished is freed by reference counting, its room with it
+    try:
+        dropped = vllm_engine.stream(CONTEXT, QUESTION, config)
+        next(dropped)
+        assert backend.kv_admission.held == need
+        del dropped
+        assert backend.kv_admission.held == 0
+    finally:
+        gc.enable()
 
 
 # -- the GPU check's CPU parts ----------------------------------------------------------------------
