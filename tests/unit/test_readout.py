@@ -96,6 +96,30 @@ def test_reusing_the_context_cache_gives_the_same_next_token_logits(arch: str) -
     torch.testing.assert_close(reused, full, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen3", "phi3"])
+def test_grouped_keys_read_in_place_give_the_models_own_output(arch: str, monkeypatch) -> None:
+    """On CPU the readout hands grouped keys and the mask to SDPA as they are (no repeat_kv copy):
+    logits after a cached prefix equal those of the model's own SDPA attention."""
+    torch.manual_seed(4)
+    ids = torch.randint(3, 128, (50,)).tolist()
+    plain = tiny_model(arch)
+    with torch.no_grad():
+        expected = plain(torch.tensor([ids])).logits[0, -1]
+    backend = TransformersBackend(tiny_model(arch))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    grouped: list[bool] = []
+
+    def recorded(*args, **kwargs):
+        grouped.append(bool(kwargs.get("enable_gqa")))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recorded)
+    cache = backend.prefill(ids[:30])
+    logits = backend.next_logits(cache, ids[30:])  # 20 tokens after a cached prefix: a mask is given
+    assert any(grouped)
+    torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
+
+
 def test_cue_rows_match_manual_softmax_with_gqa() -> None:
     torch.manual_seed(3)
     query = torch.randn(1, 4, 5, 8)
