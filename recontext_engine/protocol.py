@@ -99,6 +99,11 @@ class Backend(ABC):
         admits at once."""
         return nullcontext()
 
+    def close(self) -> None:
+        """Release what the backend runs outside this process (vLLM's engine core and workers); this
+        default holds nothing."""
+        return None
+
     def crop(self, cache: Any, length: int) -> None:
         """Keep the first ``length`` cached positions (backends with :attr:`can_crop`)."""
         raise NotImplementedError(f"the {self.name} backend cannot crop its cache")

@@ -40,7 +40,7 @@ import httpx
 
 from recontext_engine.backend_flags import parse_engine_arg
 from recontext_engine.bench.tasks import generate_case
-from recontext_engine.serve.process import ServerProcess, end_process_group, free_port
+from recontext_engine.serve.process import ServerProcess, free_port, stop_process
 
 STARTUP_SECONDS = 900
 
@@ -161,15 +161,8 @@ class VLLMServe(AbstractContextManager["VLLMServe"]):
         raise RuntimeError(f"vllm serve did not start within {STARTUP_SECONDS} s: see {self.log.name}")
 
     def __exit__(self, *exc: object) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
         if self.process is not None:
-            end_process_group(self.process.pid)
+            stop_process(self.process, signal.SIGINT, timeout=20)
 
 
 def vllm_flags(engine_args: dict[str, Any]) -> list[str]:

@@ -147,7 +147,5 @@ def main(args: argparse.Namespace) -> int:
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
-        close = getattr(engine.backend, "close", None)
-        if close is not None:
-            close()  # vLLM's engine core and workers are processes of their own: stopped with us
+        engine.backend.close()  # vLLM's engine core and workers are processes of their own: stopped with us
     return 0

@@ -48,6 +48,19 @@ def end_process_group(group: int, grace: float = 5.0) -> None:
             time.sleep(0.1)
 
 
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+    """Ask a server to stop with ``sig``, kill it after ``timeout`` s, then end what is left of its
+    process group (it must have been started with ``start_new_session=True``)."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    end_process_group(process.pid)
+
+
 class ServerProcess:
     """``python -m recontext_engine.cli serve ARGS --port <free>``; ``base_url`` ends in ``/v1``.
 
@@ -127,14 +140,7 @@ class ServerProcess:
 
     def stop(self) -> None:
         if self.process is not None:
-            if self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
-            end_process_group(self.process.pid)
+            stop_process(self.process)
         self._log.close()
 
     def __enter__(self) -> ServerProcess:
