@@ -52,7 +52,8 @@ def test_calls_wait_for_room_and_run_once_it_is_freed():
     assert admission.held == 60 and admission.running == 2
     second.release.set()
     third.release.set()
-    third.join(5)
+    for call in (first, second, third):  # every call has left, not only the last one released
+        call.join(5)
     assert admission.held == 0 and admission.running == 0
 
 
