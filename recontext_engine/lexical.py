@@ -1,14 +1,16 @@
 """BM25 scores of sentences against the question: the lexical half of the hybrid selection.
 
 Tokens work in any script: words of two or more letters (lower-cased, the language's stop words
-removed) and, in scripts written without spaces (Chinese, Japanese), overlapping character pairs.
+removed, stemmed where Snowball has the language, so "migrations" matches "migration"), the parts of
+identifiers besides the whole ("0268_add_refund_index" also gives "add", "refund", "index") and, in
+scripts written without spaces (Chinese, Japanese), overlapping character pairs.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import torch
@@ -20,8 +22,9 @@ fraction as well as the best pooled sentence."""
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]+|[^\W{_CJK}]{{2,}}")
 _CJK_RUN = re.compile(rf"[{_CJK}]")
+_IDENTIFIER_PART = re.compile(r"[^\W_]{2,}")
 _STOPWORD_LISTS = {
-    "en": "STOPWORDS_EN",
+    "en": "STOPWORDS_EN_PLUS",
     "de": "STOPWORDS_GERMAN",
     "fr": "STOPWORDS_FRENCH",
     "es": "STOPWORDS_SPANISH",
@@ -36,9 +39,47 @@ _STOPWORD_LISTS = {
 }
 
 
+_SNOWBALL = {
+    "en": "english",
+    "de": "german",
+    "fr": "french",
+    "es": "spanish",
+    "it": "italian",
+    "pt": "portuguese",
+    "nl": "dutch",
+    "ru": "russian",
+    "sv": "swedish",
+    "da": "danish",
+    "no": "norwegian",
+    "tr": "turkish",
+    "fi": "finnish",
+    "hu": "hungarian",
+    "ro": "romanian",
+    "pl": "polish",
+    "cs": "czech",
+    "el": "greek",
+    "ca": "catalan",
+    "id": "indonesian",
+    "ar": "arabic",
+}
+"""Snowball stemmers (PyStemmer) by language code; other languages are not stemmed."""
+
+
+@lru_cache(maxsize=16)
+def _stem(language: str) -> Callable[[str], str]:
+    """The language's Snowball stemmer (memoised per word), or the identity."""
+    import Stemmer
+
+    algorithm = _SNOWBALL.get(language)
+    if algorithm is None or algorithm not in Stemmer.algorithms():
+        return str
+    return lru_cache(maxsize=65536)(Stemmer.Stemmer(algorithm).stemWord)
+
+
 @lru_cache(maxsize=16)
 def stopwords(language: str) -> frozenset[str]:
-    """English stop words plus those of ``language`` where ``bm25s`` has a list."""
+    """Lucene's English stop words plus those of ``language`` where ``bm25s`` has a list (for English,
+    NLTK's fuller list: question words such as "what" and "does" match every question in a chat)."""
     import bm25s.stopwords as lists
 
     words = set(lists.STOPWORDS_EN)
@@ -48,15 +89,18 @@ def stopwords(language: str) -> frozenset[str]:
 
 
 def lexical_tokens(text: str, language: str = "en") -> list[str]:
-    """BM25 terms of ``text``: words (stop words removed) and CJK character pairs."""
-    stop = stopwords(language)
+    """BM25 terms of ``text``: stemmed words (stop words removed), identifier parts and CJK
+    character pairs."""
+    stop, stem = stopwords(language), _stem(language)
     tokens: list[str] = []
     for match in _TOKEN.finditer(text.lower()):
         run = match.group()
         if _CJK_RUN.match(run):
             tokens += [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
         elif run not in stop:
-            tokens.append(run)
+            tokens.append(stem(run))
+            if "_" in run:  # snake_case names and file names: their words match prose too
+                tokens += [stem(part) for part in _IDENTIFIER_PART.findall(run) if part not in stop]
     return tokens
 
 

@@ -15,7 +15,8 @@ from .base import SelectionRound, Signal, register_signal
 @dataclass(frozen=True)
 class BM25Signal(Signal):
     """BM25 scores of the sentences against the question (stop words of the documents' language
-    removed; character pairs in Chinese and Japanese). A sentence scoring 0 shares no word with
+    removed, words stemmed, snake_case names split too; character pairs in Chinese and Japanese).
+    A sentence scoring 0 shares no word with
     the query: it is never picked by BM25 alone and earns no credit in a fusion."""
 
     zero_is_no_match = True
