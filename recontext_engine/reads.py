@@ -84,6 +84,7 @@ def read_rows(
     *,
     cached: int = 0,
     keep: bool = False,
+    pending: Sequence[int] = (),
 ) -> list[torch.Tensor]:
     """Rows of ``backend.read(cache, len(prefix_ids), s, heads, cue_window)`` for each suffix ``s``.
 
@@ -91,9 +92,13 @@ def read_rows(
     not). The others are read over their common start with ``read_branches`` (one pass where the
     backend can). ``cache`` may already hold the first ``cached`` tokens of every suffix after the
     prefix (they are not read again); with ``keep`` it holds ``[prefix; suffixes[0]]`` afterwards
-    (backends that crop only).
+    (backends that crop only). ``cache`` may also lack the prefix's last tokens, ``pending``
+    (backends that crop only): the pass computes them with its own and keeps them, so the cache
+    holds the whole prefix afterwards.
     """
-    prefix_len = len(prefix_ids) + cached
+    if pending and cached:
+        raise ValueError("a cache lacking prefix tokens holds no suffix tokens")
+    prefix_len = len(prefix_ids) - len(pending) + cached
     flags = list(cacheable) + [False] * (len(suffixes) - len(cacheable))
     keys = [
         rows_key(prefix_ids, s, heads, cue_window) if row_cache is not None and may_cache else None
@@ -105,13 +110,24 @@ def read_rows(
     kept = keep and todo[:1] == [0]
     tails = [suffixes[i][cached:] for i in todo]
     fresh: list[torch.Tensor] = []
-    if len(tails) == 1:
-        fresh = [backend.read(cache, prefix_len, tails[0], heads, cue_window, kept)]
+    head = list(pending)
+    if not tails and head:
+        backend.prefill(head, cache)
+    elif len(tails) == 1:
+        fresh = [backend.read(cache, prefix_len, head + tails[0], heads, cue_window, kept or bool(head))]
     elif tails:
         shared = common_start(tails)
         fresh = backend.read_branches(
-            cache, prefix_len, tails[0][:shared], [t[shared:] for t in tails], heads, cue_window, kept
+            cache,
+            prefix_len,
+            head + tails[0][:shared],
+            [t[shared:] for t in tails],
+            heads,
+            cue_window,
+            kept or bool(head),
         )
+    if head and not kept:
+        backend.crop(cache, len(prefix_ids))  # the prefix stays; the question's tokens go
     for i, r in zip(todo, fresh):
         found[i] = r
         key = keys[i]
@@ -193,7 +209,9 @@ class RoundReader:
             cacheable=[False, not evidence],
             cached=self.reuse(request, ids, before=window),
             keep=keep,
+            pending=request.pending,
         )
+        request.pending = []
         if keep:
             request.kept = list(ids[0])
         if window == cue_window:
@@ -205,8 +223,8 @@ class RoundReader:
         """How many leading tokens of every one of ``suffixes`` the cache already holds after the
         prefix (from a kept read pass), leaving at least the last ``before`` of each to compute;
         the cache is cropped to them."""
-        if not self.backend.can_crop:
-            return 0
+        if not self.backend.can_crop or request.pending:
+            return 0  # a cache that lacks prefix tokens holds none of a suffix
         cached = common_start([request.kept, *suffixes]) if request.kept else 0
         cached = max(0, min(cached, *(len(s) - before for s in suffixes)))
         self.backend.crop(request.cache, len(request.prefix.ids) + cached)

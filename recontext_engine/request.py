@@ -17,6 +17,7 @@ from .semantic import EmbeddingIndex
 
 if TYPE_CHECKING:
     from .config import ReplayConfig
+    from .protocol import Backend
 
 
 @dataclass
@@ -29,8 +30,17 @@ class Request:
     cache: Any
     timings: dict[str, float] = field(default_factory=dict)
     kept: list[int] = field(default_factory=list)  # suffix ids a read pass left in the cache
+    # The prefix's last ids the cache lacks: the first read pass computes them with its own tokens
+    # (one forward instead of a prefill and a read); :meth:`settle` prefills them where none reads.
+    pending: list[int] = field(default_factory=list)
     cached_tokens: int = 0  # prefix tokens whose KV came from the context cache
     _embedding_index: EmbeddingIndex | None = None
+
+    def settle(self, backend: Backend) -> None:
+        """Prefill the :attr:`pending` ids, so the cache holds the whole prefix."""
+        if self.pending:
+            backend.prefill(self.pending, self.cache)
+            self.pending = []
 
     @cached_property
     def sentence_texts(self) -> list[str]:

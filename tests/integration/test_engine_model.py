@@ -19,6 +19,7 @@ from recontext_engine import (
     ReContextError,
     ReplayConfig,
 )
+from recontext_engine.engine import MERGED_PREFILL_TOKENS
 from recontext_engine.heads.registry import resolve_heads
 from recontext_engine.selection import SelectionRound
 from tests.documents import filler, planted_document
@@ -128,7 +129,7 @@ def test_a_second_question_on_the_same_context_prefills_nothing(engine, prefill_
 def test_a_grown_context_prefills_only_what_it_added(engine, prefill_counts) -> None:
     # A chat's history, say: the same text with more after it; the fact is in the new part.
     start = " ".join(filler(random.Random(22), 60))
-    grown = start + " " + planted_document(FACT, sentences=20, depth=0.5, seed=23)
+    grown = start + " " + planted_document(FACT, sentences=40, depth=0.5, seed=23)
     prefilled = prefill_counts
     engine.context_cache.clear()
     engine.select_evidence(start, QUESTION, SMALL)
@@ -139,6 +140,37 @@ def test_a_grown_context_prefills_only_what_it_added(engine, prefill_counts) -> 
     engine.context_cache.clear()
     fresh = engine.select_evidence(grown, QUESTION, SMALL)
     assert [(e.text, e.round) for e in evidence] == [(e.text, e.round) for e in fresh]
+
+
+def test_a_few_new_tokens_are_computed_by_the_first_read_pass(engine, prefill_counts, monkeypatch) -> None:
+    # A chat's next turn: a cache hit and a short addition, which the first read pass computes with
+    # the question's tokens instead of a prefill of its own; the evidence is the same.
+    history = planted_document(FACT, sentences=60, depth=0.3, seed=24)
+    grown = history + " The ferry left at noon, and Ada asked about the vault again."
+    reads: list[tuple[int, int]] = []
+    read = engine.backend.read
+
+    def counting(cache, prefix_len, suffix_ids, *args, **kwargs):
+        reads.append((prefix_len, len(suffix_ids)))
+        return read(cache, prefix_len, suffix_ids, *args, **kwargs)
+
+    monkeypatch.setattr(engine.backend, "read", counting)
+    engine.context_cache.clear()
+    engine.select_evidence(history, QUESTION, SMALL)
+    prefilled = prefill_counts
+    prefilled.clear()
+    reads.clear()
+    merged = engine.answer(grown, QUESTION, SMALL)
+    added = engine.count_tokens(grown) - engine.count_tokens(history)
+    assert 0 < added <= MERGED_PREFILL_TOKENS and prefilled == []  # no prefill of its own
+    (first_at, first_length), (second_at, _) = reads[:2]
+    assert second_at == first_at + added and first_length > added  # round 2 reads after the whole prefix
+    again = engine.answer(grown, QUESTION, SMALL)  # the cache kept the whole prefix
+    assert prefilled == [0] and again.usage.cached_tokens == merged.usage.cached_tokens + added
+    engine.context_cache.clear()
+    fresh = engine.answer(grown, QUESTION, SMALL)
+    assert FACT in [e.text for e in merged.evidence]
+    assert merged.evidence == fresh.evidence and merged.text == fresh.text == again.text
 
 
 def test_answer_streams_the_same_text_and_reports_usage_and_timings(engine) -> None:
