@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
@@ -73,7 +74,15 @@ def _stem(language: str) -> Callable[[str], str]:
     algorithm = _SNOWBALL.get(language)
     if algorithm is None or algorithm not in Stemmer.algorithms():
         return str
-    return lru_cache(maxsize=65536)(Stemmer.Stemmer(algorithm).stemWord)
+    stemmer, lock = Stemmer.Stemmer(algorithm), threading.Lock()
+
+    def stem(word: str) -> str:
+        # a Stemmer keeps state between calls ("must not be called concurrently", its docs say), and
+        # one engine serves concurrent requests: one call at a time, each word once
+        with lock:
+            return stemmer.stemWord(word)
+
+    return lru_cache(maxsize=65536)(stem)
 
 
 @lru_cache(maxsize=16)
