@@ -65,8 +65,9 @@ class ReContextMiddleware(AgentMiddleware):
 
     ``engine``: a loaded ``ReContextEngine`` to share (else ``model``/``heads``/``device`` load one
     once per process: the embedded SmolLM2-135M-Instruct by default). ``rounds``, ``top_k`` and
-    ``replay_options``: the selection settings, as for ``ChatReContext``. ``min_history_tokens``,
-    ``max_replay_tokens``, ``header``: see ``recontext_engine.HistoryReplayConfig``.
+    ``replay_options``: the selection settings, as for ``ChatReContext`` (unset: a history is read
+    in one round, keeping picks near the best one: ``recontext_engine.history.HISTORY_SELECTION``).
+    ``min_history_tokens``, ``max_replay_tokens``, ``header``: see ``recontext_engine.HistoryReplayConfig``.
     ``max_input_tokens``: the agent model's window (None: its ``profile["max_input_tokens"]`` where
     it has one; else no limit but ``max_replay_tokens``).
     """
@@ -114,7 +115,7 @@ class ReContextMiddleware(AgentMiddleware):
         with self._lock:
             if self._replayer is None:
                 self._replayer = HistoryReplayer(
-                    self.settings.get_engine(), self.history_config, self.settings.selection_config()
+                    self.settings.get_engine(), self.history_config, **self.settings.selection_options()
                 )
             return self._replayer
 

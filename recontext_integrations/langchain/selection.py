@@ -76,13 +76,17 @@ class EngineSettings(BaseModel):
             return self.engine
         return load_engine(self.model, heads=self.heads, device=self.device)
 
-    def selection_config(self) -> ReplayConfig:
+    def selection_options(self) -> dict[str, Any]:
+        """The ``ReplayConfig`` options set here (``replay_options`` with ``rounds`` and ``top_k``)."""
         options = dict(self.replay_options)
         if self.rounds is not None:
             options["rounds"] = self.rounds
         if self.top_k is not None:
             options["top_k"] = self.top_k
-        return self.get_engine().default_config.with_options(**options)
+        return options
+
+    def selection_config(self) -> ReplayConfig:
+        return self.get_engine().default_config.with_options(**self.selection_options())
 
 
 def is_evidence(document: Document) -> bool:

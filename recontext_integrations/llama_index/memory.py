@@ -45,7 +45,8 @@ class ReContextMemoryBlock(LocalEngine, BaseMemoryBlock[str]):
     name: str = Field(default="recontext_replay", description="The block's name in the memory template.")
     replay_options: dict[str, Any] = Field(
         default_factory=dict,
-        description="ReplayConfig options of the selection (rounds, top_k, selector...).",
+        description="ReplayConfig options of the selection (rounds, top_k, selector...); unset ones: "
+        "the engine's defaults with recontext_engine.history.HISTORY_SELECTION (one round).",
     )
     min_history_tokens: int = Field(default=1000, ge=0, description="Below this much history, no replay.")
     max_replay_tokens: int = Field(default=400, ge=1, description="The most tokens the replayed lines take.")

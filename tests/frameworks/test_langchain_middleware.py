@@ -22,6 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import tool  # noqa: E402
 
 from recontext_engine.bench.documents import read_document  # noqa: E402
+from recontext_engine.selection.bm25 import BM25Signal  # noqa: E402
 from recontext_integrations.langchain import ChatReContext, ReContextMiddleware  # noqa: E402
 from recontext_integrations.langchain.middleware import METADATA_KEY, REPLAY_EVENT  # noqa: E402
 
@@ -193,6 +194,15 @@ def test_unknown_settings_are_refused() -> None:
         ReContextMiddleware(replay_options={"roundz": 2})
     with pytest.raises(ValueError):
         ReContextMiddleware(max_replay_tokens=0)
+
+
+def test_history_is_read_in_one_round_unless_asked(engine) -> None:
+    default = ReContextMiddleware(engine=engine).replayer.replay_config
+    assert default.rounds == 1
+    assert default.top_k == engine.default_config.top_k  # the engine's other defaults stand
+    assert ReContextMiddleware(engine=engine, rounds=2).replayer.replay_config.rounds == 2
+    chosen = ReContextMiddleware(engine=engine, top_k=2, replay_options={"selector": "bm25"}).replayer
+    assert chosen.replay_config.top_k == 2 and isinstance(chosen.replay_config.selector, BM25Signal)
 
 
 def test_langgraph_pre_model_hook(engine, model) -> None:

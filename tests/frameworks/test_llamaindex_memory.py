@@ -120,6 +120,12 @@ def test_a_selection_error_gives_an_empty_block_logged_once(engine, monkeypatch,
     assert len([r for r in caplog.records if "ReContextMemoryBlock" in r.getMessage()]) == 1
 
 
+def test_history_is_read_in_one_round_unless_asked(engine) -> None:
+    assert ReContextMemoryBlock(engine=engine).replayer.replay_config.rounds == 1
+    asked = ReContextMemoryBlock(engine=engine, replay_options={"rounds": 2})
+    assert asked.replayer.replay_config.rounds == 2
+
+
 def test_unknown_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="min_history_token"):
         ReContextMemoryBlock(min_history=10)

@@ -80,6 +80,8 @@ def test_the_next_step_reads_the_history_from_the_context_cache(replayer) -> Non
     # The history read of the first call is the start of the second's: only the new messages prefill.
     assert second.cached_tokens >= first.history_tokens
     assert any(PATENT_GOLD in flat(e.text) for e in second.evidence)
+    # the question asked before (message 10) would be its own best match: it is not searched
+    assert all(e.message_index != len(messages) - 1 for e in second.evidence)
 
 
 def test_after_tool_results_the_block_follows_them(replayer) -> None:
@@ -113,8 +115,13 @@ def test_it_stands_down_without_a_request_below_the_size_and_without_room(replay
     replay = replayer.replay(short)
     assert replay.status == SHORT_HISTORY and not replay.text and replay.history_tokens < 200
     assert replayer.replay(messages, room_tokens=10).status == NO_ROOM
-    fitted = replayer.replay(messages, room_tokens=80)
-    assert fitted.status == REPLAYED and fitted.replay_tokens <= 80
+    whole = replayer.replay(messages)
+    assert len(whole.evidence) > 1
+    # room for the header and the shortest line only: the block is cut to that line
+    shortest = min(replayer.engine.count_tokens(line) + 1 for line in whole.text.splitlines()[1:])
+    room = replayer.engine.count_tokens(replayer.config.header) + 4 + shortest
+    fitted = replayer.replay(messages, room_tokens=room)
+    assert fitted.status == REPLAYED and len(fitted.evidence) == 1 and fitted.replay_tokens == shortest
 
 
 @pytest.mark.parametrize(
