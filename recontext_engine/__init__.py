@@ -27,7 +27,16 @@ from .messages import (
 )
 from .prompt import context_block, render_evidence_block
 from .results import Evidence, ReplayResult, Usage
-from .selection import AttentionSignal, BM25Signal, EmbeddingSignal, OracleSignal, RankFusion, Signal
+from .selection import (
+    AttentionSignal,
+    BM25Signal,
+    EmbeddingSignal,
+    OracleSignal,
+    RankFusion,
+    SentenceEmbeddingSignal,
+    Signal,
+    semantic_selector,
+)
 from .structured import ToolCall, ToolSpec, format_tool_call, parse_tool_calls
 
 __all__ = [
@@ -55,6 +64,7 @@ __all__ = [
     "ReplayConfig",
     "ReplayResult",
     "ReplayStream",
+    "SentenceEmbeddingSignal",
     "Signal",
     "SplitPattern",
     "ToolCall",
@@ -68,6 +78,7 @@ __all__ = [
     "format_tool_call",
     "parse_tool_calls",
     "render_evidence_block",
+    "semantic_selector",
     "split_messages",
 ]
 __version__ = "0.1.0"

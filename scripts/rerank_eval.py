@@ -185,8 +185,8 @@ def first_stage(
     """Per question: its gold paragraph and two shuffles of its candidate set (paragraph ids)."""
     from sentence_transformers import SentenceTransformer
 
-    from recontext_engine.bench.methods import minilm_path
     from recontext_engine.lexical import bm25_scores
+    from recontext_engine.sentence_embedder import minilm_path
 
     embedder = SentenceTransformer(minilm_path(), device="cpu")
     vectors = embedder.encode(paragraphs, batch_size=32, normalize_embeddings=True)

@@ -1,7 +1,9 @@
 """Evidence recall (and with ``--answer``, accuracy) of selection variants on generated benchmark cases.
 
 Usage: ``python scripts/selection_recall.py [--tasks ...] [--lengths 1024 4096] [--depths 0.25 0.75]
-[--seeds 2] [--variants hybrid attention bm25-recursive ...] [--set name=key:value,...] [--answer]``.
+[--seeds 2] [--variants hybrid attention bm25-recursive ...] [--set name=key:value,...] [--answer]``;
+``--documents`` takes the real-document questions (``recontext bench --tasks documents``, all 86, one
+column per kind) instead of generated tasks: ``--documents --lengths 2048 --variants hybrid semantic``.
 
 Every variant selects with R rounds and the engine's evidence budget on the same cases (the layout
 alternates between one text and documents); ``bm25-recursive`` is the lexical-only selector
@@ -22,9 +24,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 
-from recontext_engine import AttentionSignal, BM25Signal, ReContextEngine, ReplayConfig
+from recontext_engine import AttentionSignal, BM25Signal, ReContextEngine, ReplayConfig, semantic_selector
+from recontext_engine.bench.documents import KINDS, document_cases
 from recontext_engine.bench.methods import oracle_evidence
 from recontext_engine.bench.metrics import evidence_recall, substring_match
 from recontext_engine.bench.tasks import MULTILINGUAL_TASKS, BenchCase, generate_case, longest_context
@@ -37,6 +41,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "attention": {"selector": AttentionSignal(null_calibration=True)},
     "paper": {"selector": AttentionSignal(unit="token")},
     "bm25-recursive": {"selector": BM25Signal()},
+    "semantic": {"selector": semantic_selector()},
 }
 
 
@@ -87,36 +92,49 @@ def _evaluate(
     correct: dict[tuple[str, str], list[float]] = {}
     sizes: dict[str, list[int]] = {name: [] for name in variants}
     seconds: dict[str, float] = dict.fromkeys(variants, 0.0)
+    for task, case in _cases(engine, length, args):
+        # One prefill per case, shared by the variants (they change selection only).
+        request = engine._start(case.context, case.question, base)
+        if args.answer:
+            for name, evidence in (("vanilla", []), ("gold", oracle_evidence(case))):
+                ok = _answered(engine, request, base, evidence, case)
+                correct.setdefault((name, task), []).append(float(ok))
+        for name, options in variants.items():
+            started = time.perf_counter()
+            config = base.with_options(**options)
+            evidence = engine._select(replace(request, config=config))
+            seconds[name] += time.perf_counter() - started
+            recall.setdefault((name, task), []).append(evidence_recall(evidence, case.gold) or 0.0)
+            sizes[name].append(len(evidence))
+            if args.answer:
+                ok = _answered(engine, request, config, evidence, case)
+                correct.setdefault((name, task), []).append(float(ok))
+    return recall, correct, sizes, seconds
+
+
+def _cases(engine: ReContextEngine, length: int, args) -> Iterator[tuple[str, BenchCase]]:
+    """``(column, case)``: generated cases by task, or with ``--documents`` every real-document
+    question by its kind (lookup, two-hop, paraphrase), its context cut to ``length`` tokens."""
+    if args.documents:
+        for case in document_cases(engine.count_tokens, max_tokens=length):
+            yield case.meta["kind"], case
+        return
     for task in args.tasks:
         for seed in range(args.seeds):
             for i, depth in enumerate(args.depths):
                 layout = "text" if (i + seed) % 2 == 0 else "docs"
-                case = generate_case(
+                yield (
                     task,
-                    length=length,
-                    depth=depth,
-                    count_tokens=engine.count_tokens,
-                    layout=layout,
-                    seed=seed,
+                    generate_case(
+                        task,
+                        length=length,
+                        depth=depth,
+                        count_tokens=engine.count_tokens,
+                        layout=layout,
+                        seed=seed,
+                    ),
                 )
-                # One prefill per case, shared by the variants (they change selection only).
-                request = engine._start(case.context, case.question, base)
-                if args.answer:
-                    for name, evidence in (("vanilla", []), ("gold", oracle_evidence(case))):
-                        ok = _answered(engine, request, base, evidence, case)
-                        correct.setdefault((name, task), []).append(float(ok))
-                for name, options in variants.items():
-                    started = time.perf_counter()
-                    config = base.with_options(**options)
-                    evidence = engine._select(replace(request, config=config))
-                    seconds[name] += time.perf_counter() - started
-                    recall.setdefault((name, task), []).append(evidence_recall(evidence, case.gold) or 0.0)
-                    sizes[name].append(len(evidence))
-                    if args.answer:
-                        ok = _answered(engine, request, config, evidence, case)
-                        correct.setdefault((name, task), []).append(float(ok))
         print(f"# {length} tokens: {task} done", flush=True)
-    return recall, correct, sizes, seconds
 
 
 def main() -> None:
@@ -133,16 +151,25 @@ def main() -> None:
         "--set", dest="extra", action="append", default=[], type=_variant, metavar="NAME=K:V,..."
     )
     parser.add_argument("--answer", action="store_true", help="also generate and report accuracy")
+    parser.add_argument(
+        "--documents", action="store_true", help="the real-document questions instead of --tasks"
+    )
     args = parser.parse_args()
+    if args.documents:
+        args.tasks = list(KINDS)
     variants = {name: VARIANTS[name] for name in args.variants} | dict(args.extra)
     engine = ReContextEngine.from_pretrained()
     base = engine.default_config.with_options(rounds=args.rounds)
     by_length: dict[int, dict[str, float]] = {}
-    longest = longest_context(engine.context_window, base.pool_limit, base.max_new_tokens)
+    longest = longest_context(engine.context_window, base.pool_limit, base.generation.max_new_tokens)
     for length in [min(n, longest) for n in args.lengths]:
         recall, correct, sizes, seconds = _evaluate(engine, base, variants, length, args)
-        cases = len(args.depths) * args.seeds
-        print(f"\n{cases} cases per task, about {length} tokens, R={args.rounds}\n")
+        cases = (
+            "every question, by kind,"
+            if args.documents
+            else f"{len(args.depths) * args.seeds} cases per task,"
+        )
+        print(f"\n{cases} about {length} tokens, R={args.rounds}\n")
         print("| variant | " + " | ".join(args.tasks) + " | mean | sentences | seconds |")
         print("|---|" + "---:|" * (len(args.tasks) + 3))
         for name in variants:

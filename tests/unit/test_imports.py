@@ -22,7 +22,8 @@ EXPECTED_ALL = {
         BackendUnavailableError Evidence HeadSet HeadSetError InputError ModelLoadError
         PromptTooLongError ReContextEngine ReContextError ReplayConfig ReplayResult ReplayStream
         Usage UnsupportedModelError GenerationConfig
-        AttentionSignal BM25Signal EmbeddingSignal OracleSignal RankFusion Signal
+        AttentionSignal BM25Signal EmbeddingSignal OracleSignal RankFusion SentenceEmbeddingSignal
+        Signal semantic_selector
         DEFAULT_SPLIT_PATTERNS MessageSplit SplitPattern chat_messages clean_text content_text
         context_block render_evidence_block split_messages
         ToolCall ToolSpec format_tool_call parse_tool_calls
@@ -38,8 +39,9 @@ EXPECTED_ALL = {
     "recontext_engine.selection": _names(
         """
         SIGNALS AttentionSignal BM25Signal EmbeddingSignal EvidencePool OracleSignal RankFusion
-        SelectionRound Signal attention_settings attention_signal default_selector get_signal
-        pick_sentences register_signal signal_from_dict with_attention
+        SENTENCE_EMBEDDING_WEIGHT SelectionRound SentenceEmbeddingSignal Signal attention_settings
+        attention_signal default_selector get_signal pick_sentences register_signal semantic_selector
+        signal_from_dict with_attention
         """
     ),
     # The integrations export their classes only; helpers and constants stay in their modules.

@@ -13,8 +13,10 @@ from recontext_engine.selection import (
     EmbeddingSignal,
     OracleSignal,
     RankFusion,
+    SentenceEmbeddingSignal,
     Signal,
     default_selector,
+    semantic_selector,
     signal_from_dict,
 )
 from tests.selection_fakes import fake_round
@@ -27,6 +29,7 @@ EXAMPLES: dict[str, Signal] = {
     "embedding": EmbeddingSignal(),
     "oracle": OracleSignal(spans=((0, 10, 19),)),
     "rank_fusion": default_selector(),
+    "sentence_embedding": SentenceEmbeddingSignal(),
 }
 
 
@@ -103,3 +106,10 @@ def test_a_selector_by_name_on_the_engine_and_flat_shortcuts_on_the_config() -> 
 def test_attention_settings_out_of_range_are_refused(settings) -> None:
     with pytest.raises(ReContextError):
         AttentionSignal(**settings)
+
+
+def test_the_semantic_selector_is_the_default_plus_the_sentence_embedder() -> None:
+    selector = semantic_selector(model="/models/e5")
+    assert selector.parts[:-1] == default_selector().parts
+    assert selector.parts[-1] == (SentenceEmbeddingSignal(model="/models/e5"), 3.0)
+    assert ReplayConfig.from_dict(ReplayConfig(selector=selector).to_dict()).selector == selector
