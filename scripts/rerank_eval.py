@@ -183,12 +183,10 @@ def first_stage(
     paragraphs: list[str], questions: Sequence[tuple[str, str]], size: int, seed: int
 ) -> list[dict]:
     """Per question: its gold paragraph and two shuffles of its candidate set (paragraph ids)."""
-    from sentence_transformers import SentenceTransformer
-
     from recontext_engine.lexical import bm25_scores
-    from recontext_engine.sentence_embedder import minilm_path
+    from recontext_engine.sentence_embedder import load_embedder
 
-    embedder = SentenceTransformer(minilm_path(), device="cpu")
+    embedder = load_embedder()[0]
     vectors = embedder.encode(paragraphs, batch_size=32, normalize_embeddings=True)
     rng = random.Random(seed)
     cases = []

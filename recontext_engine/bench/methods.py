@@ -41,7 +41,7 @@ from typing import Any
 from ..config import ReplayConfig
 from ..results import Evidence, ReplayResult
 from ..selection import AttentionSignal, BM25Signal, semantic_selector
-from ..sentence_embedder import load_embedder
+from ..sentence_embedder import DEFAULT_EMBEDDER, load_embedder
 from ..spans import document_sentences
 from .tasks import BenchCase
 
@@ -58,12 +58,9 @@ class MethodContext:
 
     @cached_property
     def embedder(self) -> Any:
-        """The MiniLM sentence embedder (loaded on first use; the engine's own where no path is given)."""
-        from sentence_transformers import SentenceTransformer
-
-        if self.embedder_path:
-            return SentenceTransformer(self.embedder_path, device="cpu")
-        return load_embedder()[0]
+        """The sentence embedder (MiniLM unless ``embedder_path`` names another), loaded once per
+        process by the engine's own loader, which the sentence embedding signal shares."""
+        return load_embedder(self.embedder_path or DEFAULT_EMBEDDER)[0]
 
 
 MethodFn = Callable[[MethodContext, BenchCase], ReplayResult]
