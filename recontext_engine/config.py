@@ -150,6 +150,12 @@ class ReplayConfig:
         "on from the last read pass's evidence instead of computing it again.",
         "document",
     )
+    replay_headings: bool = setting(
+        "Replay with each picked sentence the headings of its section (a changelog entry's version "
+        "line, a markdown or underlined title, a list item over its sub-items), up to two, not "
+        "counted against the pool.",
+        True,
+    )
     selector: Signal = setting(
         "The selection signal that scores the sentences each round (recontext_engine.selection): "
         "by default attention, BM25 and the embedding similarity fused by rank.",

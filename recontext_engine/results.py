@@ -13,7 +13,8 @@ class Evidence:
     """One replayed sentence and where it came from.
 
     ``char_start``/``char_end`` index the caller's document ``doc_index`` exactly:
-    ``documents[doc_index][char_start:char_end] == text``.
+    ``documents[doc_index][char_start:char_end] == text``. ``heading``: not picked itself but the
+    heading of a picked sentence's section (``ReplayConfig.replay_headings``), replayed with it.
     """
 
     text: str
@@ -22,6 +23,7 @@ class Evidence:
     char_end: int
     score: float
     round: int
+    heading: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

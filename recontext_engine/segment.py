@@ -40,6 +40,14 @@ offset exact into the original string (nothing is rewritten):
    ``(ii)`` enumeration, a comma, else whitespace, else after punctuation; only a run with none
    of these (a long token) is cut mid-word.
 
+4. **Headings**: :func:`segment` gives each unit the units heading its section, the innermost
+   two: titles by level (markdown ``#``, a line underlined with ``===``/``---`` or reST's ``***``,
+   ``~~~``, ``^^^``, short ALL-CAPS lines) and *outline heads*, a short line or a lead-in ending on
+   ``:`` whose next block is indented deeper (a Debian changelog entry's ``apt (2.5.2) unstable;
+   urgency=medium``, a list item over its sub-items); an outline section ends at a block indented
+   no deeper than its head. ReContext replays them with a picked unit, since "which version fixed
+   this" is answered by the entry's first line, not by the sentence that matches the question.
+
 Text with one complete sentence (or one log or key-value record) per line keeps one unit per line.
 The patterns are anchored to one line with bounded repetitions; the work is linear in the text.
 :func:`replay_text` gives a span's text on one line for replay.
@@ -82,6 +90,9 @@ _FUNCTION_WORDS = frozenset(
 _FENCE = re.compile(r"(?:`{3,}|~{3,})")
 _ATX = re.compile(r"#{1,6}(?:\s|$)")
 _UNDERLINE = re.compile(r"(?:={2,}|-{2,})[ \t]*$")
+# reStructuredText's other title underlines (Python's docs: ``*****``, ``~~~~``, ``^^^^``): at least
+# three characters and about as wide as the title, so a ``***`` rule under a paragraph is none.
+_RST_UNDERLINE = re.compile(r"(?:\*{3,}|~{3,}|\^{3,}|\+{3,}|#{3,})[ \t]*$")
 _MARKER = re.compile(
     r"(?:[-*+•◦▪‣·–—]"
     r"|\d{1,3}(?:\.\d{1,3}){0,6}[.)]"
@@ -140,6 +151,7 @@ class _Line:
     width: int = 0  # display width from the line start to ``end``
     first_word: int = 0  # display width of the first word
     marker: str = ""  # start lines: the marker's kind ("-", "1", "(", "a", "[") or ":" (key, section)
+    heading: int = 0  # a heading's level (markdown ``#`` count; 1 or 2 for an underlined title), else 0
 
 
 def _display_width(text: str) -> int:
@@ -236,9 +248,10 @@ def _classify(text: str, lines: list[_Line]) -> None:
         line.first_word = _display_width(first)
         if _FENCE.match(content):
             line.kind, in_fence = _HARD, not in_fence
+        elif not in_fence and _ATX.match(content):
+            line.kind, line.heading = _HARD, len(content) - len(content.lstrip("#"))
         elif in_fence or (
             not _ALNUM.search(content)
-            or _ATX.match(content)
             or content[0] in ">|"
             or content.count("|") >= 2
             or _COLUMN_GAP.search(content)
@@ -292,7 +305,14 @@ def _mark_headings(text: str, lines: list[_Line], width: float) -> None:
         prev = lines[i - 1] if i else None
         after = lines[i + 1] if i + 1 < len(lines) else None
         if after is not None and _UNDERLINE.match(text, after.start, after.end):
-            line.kind = _HARD
+            line.kind, line.heading = _HARD, 1 if text[after.start] == "=" else 2
+            continue
+        if (
+            after is not None
+            and _RST_UNDERLINE.match(text, after.start, after.end)
+            and after.end - after.start >= line.end - line.start - 2
+        ):
+            line.kind, line.heading = _HARD, 1 if text[after.start] in "*#" else 2
             continue
         content = text[line.start : line.end]
         if not content.isupper() or line.width - (line.start - line.begin) > _CAPS_HEADING_CHARS:
@@ -303,7 +323,7 @@ def _mark_headings(text: str, lines: list[_Line], width: float) -> None:
             continue
         if prev is not None and _runs_into(text, prev, line, width):
             continue
-        line.kind = _HARD
+        line.kind, line.heading = _HARD, 1
 
 
 def _runs_into(text: str, line: _Line, after: _Line, width: float) -> bool:
@@ -367,19 +387,30 @@ def _continues_item(text: str, prev: _Line, line: _Line, width: float) -> bool:
 
 def blocks(text: str) -> list[tuple[int, int]]:
     """The text's blocks: ``(start, end)`` of each paragraph or structural line, trimmed."""
-    return _blocks(text)[0]
+    return [(block.start, block.end) for block in _blocks(text)[0]]
 
 
-def _blocks(text: str) -> tuple[list[tuple[int, int]], str]:
+@dataclass(slots=True)
+class _Block:
+    start: int
+    end: int
+    indent: int  # display width before the first line's text
+    heading: int  # the first line's heading level, else 0
+    kind: int  # the first line's kind
+    lines: int
+
+
+def _blocks(text: str) -> tuple[list[_Block], str]:
     """The blocks, and the text with box frames blanked (same length) for the sentence steps."""
     lines = _lines(text)
     frames = _unbox(text, lines)
     _classify(text, lines)
     width = _wrap_width(lines)
     _mark_headings(text, lines, width)
-    found: list[tuple[int, int]] = []
+    found: list[_Block] = []
     first: _Line | None = None  # the first and the last line of the open block
     last: _Line | None = None
+    count = 0
     for line in lines:
         if (
             first is not None
@@ -387,19 +418,65 @@ def _blocks(text: str) -> tuple[list[tuple[int, int]], str]:
             and line.end > line.start
             and _joins(text, last, line, width, first.marker)
         ):
-            last = line
+            last, count = line, count + 1
             continue
         if last is not None and first is not None:
-            found.append((first.start, last.end))
+            found.append(_block(text, first, last, count))
         first = last = line if line.end > line.start else None
+        count = 1
     if last is not None and first is not None:
-        found.append((first.start, last.end))
+        found.append(_block(text, first, last, count))
     if frames:
         chars = list(text)
         for i in frames:
             chars[i] = " "
         text = "".join(chars)
     return found, text
+
+
+def _block(text: str, first: _Line, last: _Line, lines: int) -> _Block:
+    indent = _display_width(text[first.begin : first.start]) if first.start > first.begin else 0
+    return _Block(first.start, last.end, indent, first.heading, first.kind, lines)
+
+
+# A heading (a title, or an outline head: a changelog entry's "apt (2.5.2) unstable; urgency=medium",
+# a list item over its sub-items, "OpenSSH 9.0 includes a number of changes ...:") is at most this
+# long: a few units, which every unit of its section carries.
+_HEAD_CHARS = 200
+HEADING_DEPTH = 2  # the innermost headings a unit carries
+
+
+def _section_heads(text: str, found: list[_Block]) -> list[tuple[int, ...]]:
+    """For each block, the blocks heading the section it sits in, outermost first (at most
+    ``HEADING_DEPTH``): titles (markdown ``#``, underlined, ALL-CAPS) by level, and *outline heads*,
+    prose lines or items (one line, or a lead-in ending on ``:``) whose next block is indented
+    deeper; a block ends the outline sections at its indent or deeper. Headings are short
+    (``_HEAD_CHARS``)."""
+    titles: list[tuple[int, int]] = []  # (level, block index), open titles outermost first
+    outline: list[tuple[int, int]] = []  # (indent, block index)
+    heads: list[tuple[int, ...]] = []
+    for i, block in enumerate(found):
+        short = block.end - block.start <= _HEAD_CHARS
+        if block.heading and short:
+            while titles and titles[-1][0] >= block.heading:
+                titles.pop()
+            outline.clear()  # a title starts a new outline
+            heads.append(tuple(b for _, b in titles)[-HEADING_DEPTH:])
+            titles.append((block.heading, i))
+            continue
+        while outline and outline[-1][0] >= block.indent:
+            outline.pop()
+        heads.append(tuple(b for _, b in [*titles, *outline])[-HEADING_DEPTH:])
+        after = found[i + 1] if i + 1 < len(found) else None
+        if (
+            after is not None
+            and after.indent > block.indent
+            and block.kind != _HARD
+            and short
+            and (block.lines == 1 or text[block.end - 1] == ":")
+        ):
+            outline.append((block.indent, i))
+    return heads
 
 
 def _stripped(text: str, start: int, end: int) -> tuple[int, int]:
@@ -487,12 +564,34 @@ def split_sentences(text: str, max_chars: int = 400, language: str = "en") -> li
     sentencex splits each block in ``language``; spans longer than ``max_chars`` are cut at clause
     boundaries, else at whitespace.
     """
+    return [(unit.start, unit.end) for unit in segment(text, max_chars, language)]
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One evidence unit, ``text[start:end]``, and the units of the headings over it: indices into
+    :func:`segment`'s list, outermost heading first."""
+
+    start: int
+    end: int
+    headings: tuple[int, ...] = ()
+
+
+def segment(text: str, max_chars: int = 400, language: str = "en") -> list[Unit]:
+    """:func:`split_sentences`'s units, each with the headings of the section it sits in: the
+    titles and outline heads (``apt (2.5.2) unstable; urgency=medium`` over its entry) whose text
+    tells which part of the document a sentence belongs to (see :func:`_section_heads`)."""
     found, masked = _blocks(text)
-    spans: list[tuple[int, int]] = []
-    for block_start, block_end in found:
-        for start, end in _sentences(masked, block_start, block_end, language):
-            spans.extend(cap(masked, start, end, max_chars))
-    return spans
+    heads = _section_heads(text, found)
+    units: list[Unit] = []
+    block_units: list[range] = []
+    for block, over in zip(found, heads, strict=True):
+        first = len(units)
+        headings = tuple(u for b in over for u in block_units[b])
+        for start, end in _sentences(masked, block.start, block.end, language):
+            units.extend(Unit(a, b, headings) for a, b in cap(masked, start, end, max_chars))
+        block_units.append(range(first, len(units)))
+    return units
 
 
 def _unframed(parts: list[str]) -> list[str]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .errors import InputError
 from .language import detect_language
-from .segment import replay_text, split_sentences
+from .segment import replay_text, segment, split_sentences
 
 __all__ = [
     "REFUSED_CONTROL",
@@ -32,11 +32,14 @@ REFUSED_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f]")
 
 @dataclass(frozen=True)
 class Sentence:
-    """A sentence of document ``doc_index``: ``documents[doc_index][start:end]``."""
+    """A sentence of document ``doc_index``: ``documents[doc_index][start:end]``; ``headings``: the
+    ids of the sentences heading its section (a changelog entry's version line, a markdown title),
+    outermost first."""
 
     doc_index: int
     start: int
     end: int
+    headings: tuple[int, ...] = ()
 
 
 def check_text(text: object, what: str) -> str:
@@ -73,8 +76,11 @@ def document_sentences(
     documents: Sequence[str], max_chars: int = 400, language: str | None = None
 ) -> list[Sentence]:
     """All sentences of all documents, in document order; ``language`` None: detected per document."""
-    return [
-        Sentence(doc_index, start, end)
-        for doc_index, doc in enumerate(documents)
-        for start, end in split_sentences(doc, max_chars, language or detect_language(doc))
-    ]
+    sentences: list[Sentence] = []
+    for doc_index, doc in enumerate(documents):
+        base = len(sentences)
+        sentences.extend(
+            Sentence(doc_index, unit.start, unit.end, tuple(base + h for h in unit.headings))
+            for unit in segment(doc, max_chars, language or detect_language(doc))
+        )
+    return sentences

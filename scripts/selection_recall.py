@@ -3,7 +3,8 @@
 Usage: ``python scripts/selection_recall.py [--tasks ...] [--lengths 1024 4096] [--depths 0.25 0.75]
 [--seeds 2] [--variants hybrid attention bm25-recursive ...] [--set name=key:value,...] [--answer]``;
 ``--documents`` takes the real-document questions (``recontext bench --tasks documents``, all 86, one
-column per kind) instead of generated tasks: ``--documents --lengths 2048 --variants hybrid semantic``.
+column per kind, or ``--by family``) instead of generated tasks: ``--documents --lengths 2048 --variants
+hybrid semantic``.
 
 Every variant selects with R rounds and the engine's evidence budget on the same cases (the layout
 alternates between one text and documents); ``bm25-recursive`` is the lexical-only selector
@@ -28,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from recontext_engine import AttentionSignal, BM25Signal, ReContextEngine, ReplayConfig, semantic_selector
-from recontext_engine.bench.documents import KINDS, document_cases
+from recontext_engine.bench.documents import FAMILIES, KINDS, document_cases
 from recontext_engine.bench.methods import oracle_evidence
 from recontext_engine.bench.metrics import evidence_recall, substring_match
 from recontext_engine.bench.tasks import MULTILINGUAL_TASKS, BenchCase, generate_case, longest_context
@@ -114,10 +115,11 @@ def _evaluate(
 
 def _cases(engine: ReContextEngine, length: int, args) -> Iterator[tuple[str, BenchCase]]:
     """``(column, case)``: generated cases by task, or with ``--documents`` every real-document
-    question by its kind (lookup, two-hop, paraphrase), its context cut to ``length`` tokens."""
+    question by its kind (lookup, two-hop, paraphrase) or ``--by family``, its context cut to
+    ``length`` tokens."""
     if args.documents:
         for case in document_cases(engine.count_tokens, max_tokens=length):
-            yield case.meta["kind"], case
+            yield case.meta[args.by], case
         return
     for task in args.tasks:
         for seed in range(args.seeds):
@@ -154,9 +156,12 @@ def main() -> None:
     parser.add_argument(
         "--documents", action="store_true", help="the real-document questions instead of --tasks"
     )
+    parser.add_argument(
+        "--by", choices=["kind", "family"], default="kind", help="--documents: one column per kind or family"
+    )
     args = parser.parse_args()
     if args.documents:
-        args.tasks = list(KINDS)
+        args.tasks = list(KINDS if args.by == "kind" else FAMILIES)
     variants = {name: VARIANTS[name] for name in args.variants} | dict(args.extra)
     engine = ReContextEngine.from_pretrained()
     base = engine.default_config.with_options(rounds=args.rounds)
@@ -165,7 +170,7 @@ def main() -> None:
     for length in [min(n, longest) for n in args.lengths]:
         recall, correct, sizes, seconds = _evaluate(engine, base, variants, length, args)
         cases = (
-            "every question, by kind,"
+            f"every question, by {args.by},"
             if args.documents
             else f"{len(args.depths) * args.seeds} cases per task,"
         )

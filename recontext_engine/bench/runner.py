@@ -108,6 +108,7 @@ def _evidence_dicts(evidence: Sequence[Any]) -> list[dict[str, Any]]:
             "char_start": e.char_start,
             "char_end": e.char_end,
             "round": e.round,
+            "heading": e.heading,
             "score": round(float(e.score), 6),
         }
         for e in evidence

@@ -20,20 +20,25 @@ def within_margin(picks: list[tuple[int, float]], margin: float) -> list[tuple[i
 
 @dataclass
 class EvidencePool:
-    """Evidence gathered over rounds: it never shrinks, holds no duplicates and reads in document order."""
+    """Evidence gathered over rounds: it never shrinks, holds no duplicates and reads in document
+    order. ``limit`` counts the picked sentences; the headings replayed with them come on top."""
 
     limit: int
     _items: dict[int, Evidence] = field(default_factory=dict)
+    _picked: int = 0
 
     def add(self, sentence_id: int, evidence: Evidence) -> bool:
-        """Add one sentence; False if it is already there or the pool is full."""
-        if sentence_id in self._items or len(self._items) >= self.limit:
+        """Add one sentence; False if it is already there or the pool is full. A heading
+        (``evidence.heading``) does not count against the limit."""
+        if sentence_id in self._items or (not evidence.heading and self._picked >= self.limit):
             return False
         self._items[sentence_id] = evidence
+        self._picked += not evidence.heading
         return True
 
     def __len__(self) -> int:
-        return len(self._items)
+        """The picked sentences (headings not counted)."""
+        return self._picked
 
     def __contains__(self, sentence_id: int) -> bool:
         return sentence_id in self._items
@@ -43,8 +48,13 @@ class EvidencePool:
         return [self._items[s] for s in sorted(self._items)]
 
     def by_score(self) -> list[Evidence]:
-        """Evidence best-scored first: earlier rounds before later ones, by score within a round."""
-        return sorted(self._items.values(), key=lambda e: (e.round, -e.score))
+        """Evidence best-scored first: earlier rounds before later ones, by score within a round (a
+        heading, scored as the sentence it came with, just before it)."""
+        return sorted(self._items.values(), key=lambda e: (e.round, -e.score, not e.heading))
+
+    def by_score_last(self) -> list[Evidence]:
+        """:meth:`by_score` reversed, each heading still just before its sentence."""
+        return sorted(self._items.values(), key=lambda e: (-e.round, e.score, not e.heading))
 
     def by_round(self) -> list[Evidence]:
         """Evidence round after round, each round's in document order: every round extends the block."""
@@ -57,7 +67,7 @@ class EvidencePool:
             return self.ordered()
         if order == "round":
             return self.by_round()
-        return self.by_score() if order == "score" else self.by_score()[::-1]
+        return self.by_score() if order == "score" else self.by_score_last()
 
     def sentence_ids(self) -> list[int]:
         return sorted(self._items)

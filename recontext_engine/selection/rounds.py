@@ -25,6 +25,7 @@ def select_evidence(request: Request, reader: RoundReader) -> list[Evidence]:
     # read (and the generation) goes on from the evidence block of the one before; else in
     # document order.
     read_order = config.evidence_order if config.evidence_order in EXTENDING_ORDERS else "document"
+    present = request.present
     for index in range(1, config.rounds + 1):
         round = SelectionRound(index, request, pool.arranged(read_order), reader, config.top_k)
         scores = selector.score(round)
@@ -32,12 +33,24 @@ def select_evidence(request: Request, reader: RoundReader) -> list[Evidence]:
             raise ReContextError(f"the {selector.name!r} selector cannot score with this backend")
         if selector.zero_is_no_match:
             scores = torch.where(scores > 0, scores, float("-inf"))
-        picks = pick_sentences(scores, request.present, config.top_k, pool.sentence_ids(), request.first_copy)
+        picks = pick_sentences(scores, present, config.top_k, pool.sentence_ids(), request.first_copy)
         for sentence_id, score in within_margin(picks, config.evidence_margin):
-            s = prefix.sentences[sentence_id]
-            text = prefix.documents[s.doc_index][s.start : s.end]
-            pool.add(sentence_id, Evidence(text, s.doc_index, s.start, s.end, score, index))
+            if not pool.add(sentence_id, _evidence(request, sentence_id, score, index)):
+                continue
+            # The headings of its section tell which part of the document the sentence is from
+            # (a changelog's version line, a README's title): replayed with it, not counted.
+            for heading_id in prefix.sentences[sentence_id].headings if config.replay_headings else ():
+                if present[heading_id]:
+                    pool.add(heading_id, _evidence(request, heading_id, score, index, heading=True))
         if len(pool) >= pool.limit:
             break
     request.timings["select"] = time.perf_counter() - started
     return pool.arranged(config.evidence_order)
+
+
+def _evidence(
+    request: Request, sentence_id: int, score: float, index: int, heading: bool = False
+) -> Evidence:
+    s = request.prefix.sentences[sentence_id]
+    text = request.prefix.documents[s.doc_index][s.start : s.end]
+    return Evidence(text, s.doc_index, s.start, s.end, score, index, heading)

@@ -28,8 +28,8 @@ class ReContextCompressor(EngineSettings, BaseDocumentCompressor):
     - ``"extract"``: only the evidence, one Document per sentence in the order the engine replays
       them (``ReplayConfig.evidence_order``: document order by default); metadata is
       the source document's plus ``kind="recontext_evidence_sentence"``, ``source_doc_index``,
-      ``source_id``, ``char_start``/``char_end`` (into the source ``page_content``), ``score`` and
-      ``round``.
+      ``source_id``, ``char_start``/``char_end`` (into the source ``page_content``), ``score``,
+      ``round`` and ``heading`` (a section heading replayed with a picked sentence).
     - ``"rerank"``: the documents ordered by ``ReContextEngine.document_scores`` (each read in its
       own prompt, so the order they come in does not matter: the retrieval heads' attention from
       the question minus the null question's, rank-fused with BM25 and the
@@ -81,6 +81,7 @@ class ReContextCompressor(EngineSettings, BaseDocumentCompressor):
                 "char_end": item.char_end,
                 "score": item.score,
                 "round": item.round,
+                "heading": item.heading,
             }
             extracted.append(Document(page_content=item.text, metadata=metadata))
         return extracted

@@ -29,7 +29,7 @@ class ReContextReplayer(EngineSettings, RunnableSerializable[dict[str, Any], dic
     ``page_content`` is the replayed sentences inside the engine's evidence template (quoted as
     data); its metadata holds ``kind="recontext_evidence"``, ``source_documents`` (``doc_index``
     plus ``id``/``source`` of each document that gave evidence), ``spans`` (``doc_index``,
-    ``char_start``, ``char_end``, ``score``, ``round``: ``documents[doc_index].page_content
+    ``char_start``, ``char_end``, ``score``, ``round``, ``heading``: ``documents[doc_index].page_content
     [char_start:char_end]`` is the sentence) and ``model``. Feed it to any chat model, e.g. with
     :func:`format_replay_prompt`, so the model reads ``[C; E; q]``. Inside a chain it also
     dispatches the custom event ``"recontext_evidence"`` as soon as the evidence is chosen.

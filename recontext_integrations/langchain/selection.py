@@ -136,6 +136,7 @@ def evidence_document(
             "char_end": e.char_end,
             "score": e.score,
             "round": e.round,
+            "heading": e.heading,
         }
         for e in evidence
     ]

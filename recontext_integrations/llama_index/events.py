@@ -11,7 +11,7 @@ class ReContextEvidenceEvent(BaseEvent):
     """The evidence ReContext selected, dispatched before generation starts (or by the postprocessor).
 
     ``evidence``: dicts with ``text``, ``doc_index``, ``char_start``, ``char_end``, ``score``,
-    ``round`` (and ``message_index`` from the LLM, ``node_id`` from the postprocessor).
+    ``round``, ``heading`` (and ``message_index`` from the LLM, ``node_id`` from the postprocessor).
     """
 
     evidence: list[dict[str, Any]]

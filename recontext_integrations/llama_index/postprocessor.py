@@ -34,6 +34,7 @@ def _span(nodes: Sequence[BaseNode], e: Evidence) -> dict[str, Any]:
         "char_end": e.char_end,
         "score": e.score,
         "round": e.round,
+        "heading": e.heading,
     }
 
 

@@ -40,3 +40,19 @@ def test_the_pool_reads_in_document_order_round_order_best_first_or_best_last() 
     assert [e.text for e in pool.arranged("score_last")] == ["s9", "s1", "s2", "s5"]
     assert [e.text for e in pool.arranged("round")] == ["s2", "s5", "s1", "s9"]
     assert ReplayConfig(evidence_order="score_last").evidence_order == "score_last"
+
+
+def test_headings_come_on_top_of_the_limit_and_just_before_their_sentence() -> None:
+    pool = EvidencePool(limit=2)
+
+    def item(sentence_id: int, score: float, round_index: int, heading: bool = False) -> Evidence:
+        return Evidence(f"s{sentence_id}", 0, sentence_id, sentence_id + 1, score, round_index, heading)
+
+    assert pool.add(7, item(7, 0.9, 1)) and pool.add(3, item(3, 0.9, 1, heading=True))
+    assert not pool.add(3, item(3, 0.9, 1))  # already there
+    assert pool.add(12, item(12, 0.5, 2)) and len(pool) == 2
+    assert not pool.add(14, item(14, 0.4, 2))  # full
+    assert pool.add(10, item(10, 0.5, 2, heading=True))  # a heading still joins
+    assert [e.text for e in pool.ordered()] == ["s3", "s7", "s10", "s12"]
+    assert [e.text for e in pool.by_score()] == ["s3", "s7", "s10", "s12"]
+    assert [e.text for e in pool.arranged("score_last")] == ["s10", "s12", "s3", "s7"]

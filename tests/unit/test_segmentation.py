@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recontext_engine.bench.tasks import TASKS, generate_case
-from recontext_engine.segment import blocks
+from recontext_engine.segment import HEADING_DEPTH, blocks, segment
 from recontext_engine.spans import replay_text, split_sentences
 
 LICENSES = Path("/usr/share/common-licenses")
@@ -381,6 +381,66 @@ def test_the_shipping_log_has_no_day_units() -> None:
     assert "Day 3. The Halcyon left Cork carrying coffee sacks with a crew of 10." in found
 
 
+DOCUMENTS = Path(__file__).parents[2] / "recontext_engine" / "bench" / "data" / "documents"
+
+
+def headings_of(text: str, unit: str) -> list[str]:
+    """The headings over the first unit that starts with ``unit``, outermost first."""
+    found = segment(text)
+    item = next(u for u in found if flat(text[u.start : u.end]).startswith(unit))
+    return [flat(text[found[h].start : found[h].end]) for h in item.headings]
+
+
+def test_a_changelog_entry_is_the_section_of_its_version_line() -> None:
+    apt = read(DOCUMENTS / "changelog" / "apt.NEWS.Debian.txt")
+    version = "apt (2.5.2) unstable; urgency=medium"
+    assert headings_of(apt, "You can disable this by setting") == [version]
+    assert headings_of(apt, "-- Julian Andres Klode <juliank@ubuntu.com>") == [version]
+    assert headings_of(apt, "apt (2.4.0)") == []
+    openssh = read(DOCUMENTS / "changelog" / "openssh.NEWS.Debian.txt")
+    assert headings_of(openssh, "* This release switches scp(1)") == [
+        "openssh (1:9.0p1-1) unstable; urgency=medium",
+        "OpenSSH 9.0 includes a number of changes that may affect existing configurations:",
+    ]
+    gzip = read(DOCUMENTS / "changelog" / "gzip.changelog.Debian.txt")
+    # An item over its sub-items heads them; the item itself sits under its entry's line.
+    entry = "gzip (1.9-2.1) unstable; urgency=medium"
+    assert headings_of(gzip, "* Disable usage of assembler code") == [entry]
+    item = "* Disable usage of assembler code (Closes: #890279)"
+    assert headings_of(gzip, "- fedora claims gcc") == [entry, item]
+
+
+def test_titles_nest_by_level_and_code_is_not_a_title() -> None:
+    text = "# A\n\nIntro.\n\n## B\n\nUnder B.\n\n```\n# a comment\n```\n\n"
+    text += "### C\n\nUnder C.\n\n## D\n\nUnder D.\n"
+    assert headings_of(text, "Intro.") == ["# A"]
+    assert headings_of(text, "Under B.") == headings_of(text, "# a comment") == ["# A", "## B"]
+    assert headings_of(text, "Under C.") == ["## B", "### C"]  # the innermost HEADING_DEPTH
+    assert headings_of(text, "Under D.") == ["# A", "## D"]
+    assert HEADING_DEPTH == 2
+
+
+def test_underlined_caps_and_numbered_titles_of_real_documents() -> None:
+    pydoc = read(DOCUMENTS / "pydoc" / "try.txt")  # reStructuredText titles under *** and ===
+    assert headings_of(pydoc, 'The "except" clause(s) specify') == ['"except" clause']
+    apache = licence("Apache-2.0")
+    assert headings_of(apache, '"Legal Entity" shall mean') == [
+        "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION",
+        "1. Definitions.",
+    ]
+    readme = read(DOCUMENTS / "readme" / "bm25s.md")
+    assert headings_of(readme, "Create an index") == ["## Command-Line Interface", "### Indexing Documents"]
+
+
+def test_generated_text_has_no_headings() -> None:
+    for task in TASKS:
+        for layout in ("text", "docs"):
+            case = generate_case(
+                task, length=1024, depth=0.5, layout=layout, count_tokens=lambda s: len(_TOKEN.findall(s))
+            )
+            assert not any(u.headings for doc in case.documents for u in segment(doc))
+
+
 def test_blocks_are_paragraphs() -> None:
     text = licence("Apache-2.0")
     found = blocks(text)
@@ -406,6 +466,11 @@ _TEXT = st.lists(st.one_of(_PIECES, st.characters()), max_size=120).map("".join)
 @settings(max_examples=300, deadline=None)
 def test_spans_are_exact_on_structured_text(text: str, max_chars: int) -> None:
     assert_exact(text, split_sentences(text, max_chars=max_chars), max_chars)
+    # Headings are earlier units, in order, of at most HEADING_DEPTH sections.
+    found = segment(text, max_chars=max_chars)
+    assert [(u.start, u.end) for u in found] == split_sentences(text, max_chars=max_chars)
+    for i, unit in enumerate(found):
+        assert list(unit.headings) == sorted(set(unit.headings)) and all(h < i for h in unit.headings)
 
 
 @given(st.text(max_size=400), st.integers(20, 120))
