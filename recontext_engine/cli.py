@@ -91,7 +91,7 @@ def _add_ask(commands: Commands) -> None:
 def _run_ask(args: argparse.Namespace) -> int:
     from .config import ReplayConfig
     from .engine import ReContextEngine
-    from .spans import check_text
+    from .spans import check_text, replay_text
 
     documents = [read_context_file(path) for path in args.context]
     check_text(args.question, "question")
@@ -120,7 +120,9 @@ def _run_ask(args: argparse.Namespace) -> int:
     if stream.result is not None and stream.result.evidence:
         print("\nEvidence replayed:", file=sys.stderr)
         for item in stream.result.evidence:
-            print(f"  [doc {item.doc_index} {item.char_start}:{item.char_end}] {item.text}", file=sys.stderr)
+            heading = ", heading" if item.heading else ""
+            where = f"doc {item.doc_index} {item.char_start}:{item.char_end}{heading}"
+            print(f"  [{where}] {replay_text(item.text)}", file=sys.stderr)
     if html and stream.result is not None:
         _write_html(html, stream.result, documents, args.question)
     return 0
