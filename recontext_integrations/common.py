@@ -104,6 +104,18 @@ def _unknown_setting(name: str, known: Collection[str], replaced: Mapping[str, s
     return f"unknown argument {name!r}" + (f"; did you mean {closest[0]!r}?" if closest else "")
 
 
+def evidence_span(item: Evidence) -> dict[str, Any]:
+    """An evidence item's provenance inside its source, without the text or which source it is
+    (each integration names that its own way): offsets, score, round and whether it is a heading."""
+    return {
+        "char_start": item.char_start,
+        "char_end": item.char_end,
+        "score": item.score,
+        "round": item.round,
+        "heading": item.heading,
+    }
+
+
 def evidence_payload(evidence: Sequence[Evidence], sources: Sequence[int] = ()) -> list[dict[str, Any]]:
     """Evidence as dicts; with ``sources`` (``MessageSplit.sources``) each names its ``message_index``."""
     items = []

@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 
 from recontext_engine import clean_text
 
+from ..common import evidence_span
 from .selection import EngineSettings, evidence_document, is_evidence, select_evidence, source_of, with_text
 
 SENTENCE_KIND = "recontext_evidence_sentence"
@@ -77,11 +78,7 @@ class ReContextCompressor(EngineSettings, BaseDocumentCompressor):
                 "kind": SENTENCE_KIND,
                 "source_doc_index": item.doc_index,
                 "source_id": source.get("id"),
-                "char_start": item.char_start,
-                "char_end": item.char_end,
-                "score": item.score,
-                "round": item.round,
-                "heading": item.heading,
+                **evidence_span(item),
             }
             extracted.append(Document(page_content=item.text, metadata=metadata))
         return extracted

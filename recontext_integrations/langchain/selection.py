@@ -11,7 +11,13 @@ from pydantic import BaseModel, Field, model_validator
 
 from recontext_engine import clean_text, render_evidence_block
 
-from ..common import checked_settings, load_engine, refuse_pickling_an_engine, shared_engine_memo
+from ..common import (
+    checked_settings,
+    evidence_span,
+    load_engine,
+    refuse_pickling_an_engine,
+    shared_engine_memo,
+)
 
 if TYPE_CHECKING:
     from recontext_engine import Evidence, ReContextEngine, ReplayConfig
@@ -129,17 +135,7 @@ def evidence_document(
     documents: Sequence[Document], evidence: Sequence[Evidence], config: ReplayConfig, model: str
 ) -> Document:
     """The replayed sentences as one Document in the engine's evidence template, with provenance."""
-    spans = [
-        {
-            "doc_index": e.doc_index,
-            "char_start": e.char_start,
-            "char_end": e.char_end,
-            "score": e.score,
-            "round": e.round,
-            "heading": e.heading,
-        }
-        for e in evidence
-    ]
+    spans = [{"doc_index": e.doc_index, **evidence_span(e)} for e in evidence]
     sources = sorted({e.doc_index for e in evidence})
     metadata = {
         "kind": EVIDENCE_KIND,

@@ -18,7 +18,7 @@ from llama_index.core.schema import BaseNode, NodeRelationship, NodeWithScore, Q
 
 from recontext_engine import Evidence, ReContextEngine, ReplayConfig, clean_text, render_evidence_block
 
-from ..common import evidence_payload
+from ..common import evidence_payload, evidence_span
 from .base import LocalEngine
 from .events import ReContextEvidenceEvent
 
@@ -28,14 +28,7 @@ dispatcher = get_dispatcher(__name__)
 
 
 def _span(nodes: Sequence[BaseNode], e: Evidence) -> dict[str, Any]:
-    return {
-        "node_id": nodes[e.doc_index].node_id,
-        "char_start": e.char_start,
-        "char_end": e.char_end,
-        "score": e.score,
-        "round": e.round,
-        "heading": e.heading,
-    }
+    return {"node_id": nodes[e.doc_index].node_id, **evidence_span(e)}
 
 
 def evidence_node(nodes: Sequence[BaseNode], evidence: Sequence[Evidence], config: ReplayConfig) -> TextNode:
