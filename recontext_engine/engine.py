@@ -427,7 +427,8 @@ class ReContextEngine:
             if len(prefix.ids) + len(suffix.ids) + 1 > self.context_window:
                 raise PromptTooLongError(
                     f"context, evidence and question take {len(prefix.ids) + len(suffix.ids)} tokens, over "
-                    f"the model window of {self.context_window}; lower top_k or max_evidence"
+                    f"the model window of {self.context_window}; lower top_k or max_evidence, or set "
+                    "replay_headings=False"
                 )
             if on_evidence is not None:
                 on_evidence(list(chosen))
