@@ -130,11 +130,17 @@ _ABBREVIATION = re.compile(
     r"[Ee]q|[Cc]h|[Aa]pp|[Ee]d|[Ee]x|[Ss]t|[Dd]r|[Mm]rs?|[Mm]s)\.)$"
 )
 _ABBREVIATION_WITHIN = 24
+# The keys a listing's lines begin with (see _record_shape): "22642", "-1.5", "12:30", "1997-2005", "0x1F"; a
+# short commit hash "8774f5c".
+_NUMBER_KEY = re.compile(r"[+-]?(?:\d[\d.,:/-]*%?|0x[0-9A-Fa-f]+)")
+_HASH_KEY = re.compile(r"[0-9a-f]{7,40}")
+_EXTENSION = re.compile(r"[\w-]\.[A-Za-z]\w{0,9}\b")
 _COLUMN_GAP = re.compile(r"\S(?: {3,}|\t)\S")
 _COPYRIGHT = re.compile(r"(?:Copyright|COPYRIGHT)[ \t]+(?:\([Cc]\)|©|\d)|©[ \t]*\d")
 
-# Line kinds: hard lines are units of their own; start lines begin a block that may continue.
-_TEXT, _HARD, _START = 0, 1, 2
+# Line kinds: hard lines are units of their own; start lines begin a block that may continue; rows
+# (records of a listing) begin a block that only an indented or running-on line continues.
+_TEXT, _HARD, _START, _ROW = 0, 1, 2, 3
 _CAPS_HEADING_CHARS = 60
 _WIDTH_QUANTILE = 0.75
 _FILLED = 0.5
@@ -268,17 +274,62 @@ def _classify(text: str, lines: list[_Line]) -> None:
 
 def _mark_records(text: str, lines: list[_Line]) -> None:
     """Adjacent lines that begin with the same identifier ("update-alternatives 2025-...",
-    "dpkg: ...", "/usr/lib/x: ...") are records of a log or listing: each its own unit."""
-    previous = ""
+    "dpkg: ...", "/usr/lib/x: ...") or with a key of the same shape (a number, a path, a commit
+    hash, a JSON value: "22642  db/migrations/0268_add.sql", "tests/x.py::test_y PASSED") are
+    records of a log, listing or tool output, never a hard-wrapped sentence: the former are hard,
+    the latter rows (an indented or running-on line still continues a row: "434296  s390x: vector
+    string" + "        instructions")."""
+    previous, previous_shape = "", ""
     for i, line in enumerate(lines):
         if line.end == line.start:
-            previous = ""
+            previous = previous_shape = ""
             continue
         word = text[line.start : min(line.end, line.start + 100)].split(None, 1)[0]
         identifier = _ALNUM.search(word) and any(c in "/_=\\-:" or c.isdigit() for c in word)
-        if word == previous and identifier and not line.marker:
+        key = _record_key(text, line)
+        shape = _record_shape(key) if key else ""
+        if not line.marker and word == previous and identifier:
             line.kind = lines[i - 1].kind = _HARD
-        previous = word
+        elif shape and shape == previous_shape and not _runs_on(text[lines[i - 1].start : lines[i - 1].end]):
+            for row in (lines[i - 1], line):
+                if row.kind == _TEXT:
+                    row.kind, row.marker = _ROW, "#"
+        previous, previous_shape = word, shape
+
+
+def _record_key(text: str, line: _Line) -> str:
+    """The word a record's shape is read from: the line's first word, or after a "key: " label the
+    value's (a transcript's "tool: 22642  db/..."); none for a list item, nor for a line ending on ":",
+    which introduces what follows ("dc/string.c doc/dc.texi:" + "update ...")."""
+    start = line.start
+    if text[line.end - 1] == ":":
+        return ""
+    if line.marker == ":":
+        label = _KEY_VALUE.match(text, line.start, line.end)
+        if label is None:
+            return ""
+        start = label.end()
+    elif line.marker:
+        return ""
+    words = text[start : min(line.end, start + 100)].split(None, 1)
+    return words[0] if words else ""
+
+
+def _record_shape(word: str) -> str:
+    """The kind of key a listing's line begins with ("number", "path", "hash", "value": a JSON
+    object or array), or "" for a word of prose."""
+    if _NUMBER_KEY.fullmatch(word):
+        return "number"
+    if _HASH_KEY.fullmatch(word) and any(c.isdigit() for c in word):
+        return "hash"
+    if word[0] in "{[" and _ALNUM.search(word):
+        return "value"
+    slashes = word.count("/") + word.count("\\")
+    if word[0] in "<\"'`(" or not (
+        "::" in word or (slashes and (slashes > 1 or word[0] in "/\\~." or _EXTENSION.search(word)))
+    ):
+        return ""  # not "and/or", "HTTP/1.1", a link or a quoted path inside a sentence
+    return "path"  # "db/migrations/0268_x.sql", "src/main.rs", "./run", "tests/x.py::test_y"
 
 
 def _wrap_width(lines: list[_Line]) -> float:
@@ -300,7 +351,7 @@ def _full(prev: _Line, line: _Line, width: float) -> bool:
 def _mark_headings(text: str, lines: list[_Line], width: float) -> None:
     """Setext headings (a line over ``===``/``---``) and short ALL-CAPS lines become hard."""
     for i, line in enumerate(lines):
-        if line.kind == _HARD or line.end == line.start:
+        if line.kind in (_HARD, _ROW) or line.end == line.start:
             continue
         prev = lines[i - 1] if i else None
         after = lines[i + 1] if i + 1 < len(lines) else None
@@ -346,7 +397,7 @@ def _joins(text: str, prev: _Line, line: _Line, width: float, item: str) -> bool
     if prev.kind == _HARD or line.kind == _HARD:
         return False
     before = text[prev.start : prev.end]
-    if line.kind == _START:
+    if line.kind in (_START, _ROW):
         # A marker-like start ("(ii)", "Section 4", "reasons:") continues a line that runs on
         # (ends on a comma or a function word; or is full, before a lowercase word), unless the
         # block is itself an item of a list or a key-value line.
@@ -378,7 +429,7 @@ def _joins(text: str, prev: _Line, line: _Line, width: float, item: str) -> bool
 def _continues_item(text: str, prev: _Line, line: _Line, width: float) -> bool:
     """After a list item or "key: value" line, only an indented, full or running-on line continues
     it ("1.1. \"Contributor\"" + "    means ..."; not "key-2: 55" + "word ...")."""
-    return prev.kind != _START or (
+    return prev.kind not in (_START, _ROW) or (
         line.start - line.begin > prev.start - prev.begin
         or _full(prev, line, width)
         or _runs_on(text[prev.start : prev.end])
@@ -471,7 +522,7 @@ def _section_heads(text: str, found: list[_Block]) -> list[tuple[int, ...]]:
         if (
             after is not None
             and after.indent > block.indent
-            and block.kind != _HARD
+            and block.kind not in (_HARD, _ROW)
             and short
             and (block.lines == 1 or text[block.end - 1] == ":")
         ):

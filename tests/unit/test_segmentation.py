@@ -335,6 +335,16 @@ def test_generated_benchmark_text_keeps_one_unit_per_line_or_sentence() -> None:
                         assert span in split_sentences(doc)
 
 
+_TZ_NEWS = (
+    "zic no longer outputs a POSIX-style TZ string that does not agree with the\n"
+    "table for all-year daylight saving time, which POSIX does not allow; for\n"
+    "example, for all-year Eastern Daylight Time, zic now generates the string\n"
+    '"XXX3EDT4,0/0,J365/23" where it previously generated the shorter string\n'
+    '"EST5EDT,0/0,J365/25" or nothing, and readers that do not know the new\n'
+    "form keep working as they did before this change in the zic program."
+)
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -346,6 +356,51 @@ def test_generated_benchmark_text_keeps_one_unit_per_line_or_sentence() -> None:
         ("# Title\ntext that follows", ["# Title", "text that follows"]),
         ("- one\n- two\n  continued", ["- one", "- two\n  continued"]),
         ("Hello there,\nhow are you today", ["Hello there,\nhow are you today"]),
+        # Tool outputs: a listing's, a test run's and a git log's lines are records, not wrapped prose.
+        (
+            " 22642  db/migrations/0268_add_refund_index.sql\n  7937  db/migrations/0634_tasks.sql",
+            ["22642  db/migrations/0268_add_refund_index.sql", "7937  db/migrations/0634_tasks.sql"],
+        ),
+        (
+            "tests/test_worker.py::test_retries PASSED\ntests/test_totals.py::test_currency FAILED - "
+            "AssertionError: totals differ\n== 1 failed, 1 passed in 69.8s ==",
+            [
+                "tests/test_worker.py::test_retries PASSED",
+                "tests/test_totals.py::test_currency FAILED - AssertionError: totals differ",
+                "== 1 failed, 1 passed in 69.8s ==",
+            ],
+        ),
+        (
+            "8774f5c feat: add export endpoint (mika)\n45d4b20 perf: batch the event writes (kofi)",
+            ["8774f5c feat: add export endpoint (mika)", "45d4b20 perf: batch the event writes (kofi)"],
+        ),
+        (
+            '{"id": 7, "name": "Acme"},\n{"id": 8, "name": "Zeta"}',
+            ['{"id": 7, "name": "Acme"},', '{"id": 8, "name": "Zeta"}'],
+        ),
+        # ... also after a transcript's "role: " label (how the history replayer reads a session).
+        ("tool: 22642  db/a_b.sql\n  7937  db/c_d.sql", ["tool: 22642  db/a_b.sql", "7937  db/c_d.sql"]),
+        # ... and an indented or running-on line still continues its record.
+        (
+            "433863  s390x: memcheck failures\n434296  s390x: vector string\n        instructions",
+            [
+                "433863  s390x: memcheck failures",
+                "434296  s390x: vector string\n        instructions",
+            ],
+        ),
+        # Not records: prose whose lines begin with links, quoted values or "and/or".
+        (
+            "support async packages, like `Trio\n<https://trio.readthedocs.io>`__, and `asyncio\n"
+            "<https://docs.python.org/3/library/asyncio.html>`__, and more.",
+            [
+                "support async packages, like `Trio\n<https://trio.readthedocs.io>`__, and `asyncio\n"
+                "<https://docs.python.org/3/library/asyncio.html>`__, and more."
+            ],
+        ),
+        (
+            _TZ_NEWS,  # tzdata's NEWS, wrapped as there: the quoted values are inside the second clause
+            [_TZ_NEWS[: _TZ_NEWS.index(" for\n") + 1].strip(), _TZ_NEWS[_TZ_NEWS.index("for\n") :]],
+        ),
     ],
 )
 def test_small_structural_shapes(text: str, expected: list[str]) -> None:
