@@ -156,7 +156,8 @@ class _Line:
     kind: int = _TEXT
     width: int = 0  # display width from the line start to ``end``
     first_word: int = 0  # display width of the first word
-    marker: str = ""  # start lines: the marker's kind ("-", "1", "(", "a", "[") or ":" (key, section)
+    # start lines: the marker's kind ("-", "1", "(", "a", "[") or ":" (key, section); rows: "#"
+    marker: str = ""
     heading: int = 0  # a heading's level (markdown ``#`` count; 1 or 2 for an underlined title), else 0
 
 
@@ -286,7 +287,7 @@ def _mark_records(text: str, lines: list[_Line]) -> None:
             continue
         word = text[line.start : min(line.end, line.start + 100)].split(None, 1)[0]
         identifier = _ALNUM.search(word) and any(c in "/_=\\-:" or c.isdigit() for c in word)
-        key = _record_key(text, line)
+        key = _record_key(text, line, word)
         shape = _record_shape(key) if key else ""
         if not line.marker and word == previous and identifier:
             line.kind = lines[i - 1].kind = _HARD
@@ -297,21 +298,18 @@ def _mark_records(text: str, lines: list[_Line]) -> None:
         previous, previous_shape = word, shape
 
 
-def _record_key(text: str, line: _Line) -> str:
-    """The word a record's shape is read from: the line's first word, or after a "key: " label the
+def _record_key(text: str, line: _Line, first_word: str) -> str:
+    """The word a record's shape is read from: the line's ``first_word``, or after a "key: " label the
     value's (a transcript's "tool: 22642  db/..."); none for a list item, nor for a line ending on ":",
     which introduces what follows ("dc/string.c doc/dc.texi:" + "update ...")."""
-    start = line.start
     if text[line.end - 1] == ":":
         return ""
-    if line.marker == ":":
-        label = _KEY_VALUE.match(text, line.start, line.end)
-        if label is None:
-            return ""
-        start = label.end()
-    elif line.marker:
+    if not line.marker:
+        return first_word
+    label = _KEY_VALUE.match(text, line.start, line.end) if line.marker == ":" else None
+    if label is None:
         return ""
-    words = text[start : min(line.end, start + 100)].split(None, 1)
+    words = text[label.end() : min(line.end, label.end() + 100)].split(None, 1)
     return words[0] if words else ""
 
 
