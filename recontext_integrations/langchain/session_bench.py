@@ -246,6 +246,7 @@ class BenchConfig:
     min_session_tokens: int = 2000
     max_session_tokens: int = 6000
     model: str | None = None
+    header: str | None = None  # the replay arms' block header (None: the middleware's default)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.arms) - set(ARMS))
@@ -279,11 +280,15 @@ class _Arms:
         # the edits fire above half of the session's size, as LangChain counts it
         trigger = max(1, count_tokens_approximately(list(session_messages)) // 2)
         if arm == "recontext":
-            return [ReContextMiddleware(engine=self.engine, min_history_tokens=0)]
+            return [ReContextMiddleware(engine=self.engine, min_history_tokens=0, header=self.config.header)]
         if arm == "bm25":
             return [
                 ReContextMiddleware(
-                    engine=self.engine, min_history_tokens=0, rounds=1, replay_options={"selector": "bm25"}
+                    engine=self.engine,
+                    min_history_tokens=0,
+                    rounds=1,
+                    replay_options={"selector": "bm25"},
+                    header=self.config.header,
                 )
             ]
         if arm == "summarization":
@@ -653,6 +658,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Path, BenchConfig]:
     parser.add_argument("--min-session-tokens", type=int, default=BenchConfig.min_session_tokens)
     parser.add_argument("--max-session-tokens", type=int, default=BenchConfig.max_session_tokens)
     parser.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--header", default=None, help="the replay arms' block header (default: the middleware's)"
+    )
     args = parser.parse_args(argv)
     config = BenchConfig(
         sessions=args.sessions,
@@ -668,6 +676,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Path, BenchConfig]:
         min_session_tokens=args.min_session_tokens,
         max_session_tokens=args.max_session_tokens,
         model=args.model,
+        header=args.header,
     )
     return Path(args.out), config
 

@@ -21,6 +21,7 @@ from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 
+from recontext_engine import HistoryReplayConfig  # noqa: E402
 from recontext_engine.bench.documents import read_document  # noqa: E402
 from recontext_engine.selection.bm25 import BM25Signal  # noqa: E402
 from recontext_integrations.langchain import ChatReContext, ReContextMiddleware  # noqa: E402
@@ -110,7 +111,7 @@ def test_the_model_is_sent_the_answering_sentence_before_the_request(replayed) -
     request = sent[-1]
     assert isinstance(request, HumanMessage) and request.content.endswith(QUESTION)
     block = request.content[: -len(QUESTION)]
-    assert block.startswith("Earlier in this conversation") and GOLD in flat(block)
+    assert block.startswith(HistoryReplayConfig().header) and GOLD in flat(block)
     assert "[message 5, tool]" in block  # the licence's ToolMessage is message 5 of what the model saw
     assert [m.content for m in sent[:-1]] == [m.content for m in session()[:-1]]
 

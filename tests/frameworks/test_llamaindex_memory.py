@@ -20,6 +20,7 @@ from llama_index.core.chat_engine import SimpleChatEngine  # noqa: E402
 from llama_index.core.instrumentation.events.llm import LLMChatStartEvent  # noqa: E402
 from llama_index.core.memory import Memory  # noqa: E402
 
+from recontext_engine import HistoryReplayConfig  # noqa: E402
 from recontext_engine.bench.documents import read_document  # noqa: E402
 from recontext_integrations.llama_index import ReContextEvidenceEvent, ReContextLLM, ReContextMemoryBlock  # noqa: E402
 
@@ -81,7 +82,7 @@ def test_the_block_replays_flushed_messages_first_in_the_latest_user_message(eng
     assert LICENCE[answering[0].char_start : answering[0].char_end] == answering[0].text
     latest_user = [m for m in messages if m.role.value == "user"][-1]
     text = "\n".join(b.text for b in latest_user.blocks if hasattr(b, "text"))
-    assert GOLD in flat(text) and text.index("Earlier in this conversation") < text.index(QUESTION)
+    assert GOLD in flat(text) and text.index(HistoryReplayConfig().header) < text.index(QUESTION)
 
 
 def test_a_chat_engine_sends_the_replay_to_its_llm_and_reports_it(engine, recorder) -> None:
@@ -102,7 +103,7 @@ def test_short_sessions_get_an_empty_block(engine) -> None:
     store = memory(block, token_limit=100_000)
     messages = store.get(input=QUESTION)
     assert block.last_replay is not None and block.last_replay.status == "short_history"
-    assert not any("Earlier in this conversation" in (m.content or "") for m in messages)
+    assert not any(HistoryReplayConfig().header in (m.content or "") for m in messages)
 
 
 def test_a_selection_error_gives_an_empty_block_logged_once(engine, monkeypatch, caplog) -> None:

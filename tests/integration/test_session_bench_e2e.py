@@ -19,12 +19,13 @@ def test_one_session_through_the_command(engine, tmp_path, capsys) -> None:
         "--out", str(out), "--sessions", "1", "--seed", "0", "--arms", "full,recontext",
         "--min-messages", "50", "--max-messages", "50",
         "--min-session-tokens", "1200", "--max-session-tokens", "1200",
-        "--max-tokens", "16", "--max-model-calls", "1",
+        "--max-tokens", "16", "--max-model-calls", "1", "--header", "Said before:",
     ]  # fmt: skip
     assert main(argv, engine=engine) == 0
     assert {p.name for p in out.iterdir()} >= {"results.json", "report.md", "accuracy.png"}
     results = json.loads((out / "results.json").read_text())
     assert results["settings"]["arms"] == ["full", "recontext"]
+    assert results["settings"]["header"] == "Said before:"
     (session,) = results["sessions"]
     assert session["messages"] == 50 and session["kind"] == "spec"
     rows = {(r["arm"], r["step"]): r for r in results["rows"]}
