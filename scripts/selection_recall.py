@@ -1,18 +1,19 @@
 """Evidence recall (and with ``--answer``, accuracy) of selection variants on generated benchmark cases.
 
 Usage: ``python scripts/selection_recall.py [--tasks ...] [--lengths 1024 4096] [--depths 0.25 0.75]
-[--seeds 2] [--variants hybrid attention bm25-recursive ...] [--set name=key:value,...] [--answer]``;
+[--seeds 2] [--variants default hybrid attention bm25-recursive ...] [--set name=key:value,...] [--answer]``;
 ``--documents`` takes the real-document questions (``recontext bench --tasks documents``, all 86, one
 column per kind, or ``--by family``) instead of generated tasks: ``--documents --lengths 2048 --variants
 hybrid semantic``.
 
 Every variant selects with R rounds and the engine's evidence budget on the same cases (the layout
-alternates between one text and documents); ``bm25-recursive`` is the lexical-only selector
-(``BM25Signal()``). ``--set`` adds a variant made of :class:`~recontext_engine.ReplayConfig` options
-(a selector by name, attention settings), e.g. ``--set cal-w16=null_calibration:true,cue_window:16``.
-The context is prefilled once per case and shared by the variants (options that change the prompt,
-such as ``max_sentence_chars``, are not for ``--set``). The table gives, per variant and task, the
-mean fraction of gold sentences in the evidence.
+alternates between one text and documents); ``default`` is the engine's default selector (with the
+sentence embedder where ``recontext[embeddings]`` is installed), ``hybrid`` the one without it,
+``bm25-recursive`` the lexical-only selector (``BM25Signal()``). ``--set`` adds a variant made of
+:class:`~recontext_engine.ReplayConfig` options (a selector by name, attention settings), e.g.
+``--set cal-w16=null_calibration:true,cue_window:16``. The context is prefilled once per case and
+shared by the variants (options that change the prompt, such as ``max_sentence_chars``, are not for
+``--set``). The table gives, per variant and task, the mean fraction of gold sentences in the evidence.
 
 ``--answer`` also generates an answer per variant from the same prefill (the cache is cropped back
 to the context after each) and adds each variant's accuracy (HELMET substring match), with two
@@ -28,7 +29,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
-from recontext_engine import AttentionSignal, BM25Signal, ReContextEngine, ReplayConfig, semantic_selector
+from recontext_engine import (
+    AttentionSignal,
+    BM25Signal,
+    ReContextEngine,
+    ReplayConfig,
+    hybrid_selector,
+    semantic_selector,
+)
 from recontext_engine.bench.documents import FAMILIES, KINDS, document_cases
 from recontext_engine.bench.methods import oracle_evidence
 from recontext_engine.bench.metrics import evidence_recall, substring_match
@@ -38,7 +46,8 @@ from recontext_engine.request import Request
 from recontext_engine.results import Evidence
 
 VARIANTS: dict[str, dict[str, object]] = {
-    "hybrid": {},
+    "default": {},
+    "hybrid": {"selector": hybrid_selector()},
     "attention": {"selector": AttentionSignal(null_calibration=True)},
     "paper": {"selector": AttentionSignal(unit="token")},
     "bm25-recursive": {"selector": BM25Signal()},
@@ -148,7 +157,7 @@ def main() -> None:
     parser.add_argument("--depths", type=float, nargs="+", default=[0.25, 0.75])
     parser.add_argument("--seeds", type=int, default=1, help="cases per task and depth")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--variants", nargs="+", default=["hybrid"], choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=["default"], choices=list(VARIANTS))
     parser.add_argument(
         "--set", dest="extra", action="append", default=[], type=_variant, metavar="NAME=K:V,..."
     )

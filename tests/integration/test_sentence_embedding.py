@@ -11,7 +11,12 @@ from recontext_engine import ReContextError
 from recontext_engine.bench.documents import read_document
 from recontext_engine.lexical import bm25_scores
 from recontext_engine.selection import semantic_selector
-from recontext_engine.sentence_embedder import _context_embeddings, load_embedder, sentence_similarities
+from recontext_engine.sentence_embedder import (
+    _context_embeddings,
+    default_embedder_installed,
+    load_embedder,
+    sentence_similarities,
+)
 from recontext_engine.spans import split_sentences
 
 # The question shares no content word with its answer, "apt(8) now waits for the lock indefinitely
@@ -43,6 +48,17 @@ def test_the_semantic_selector_replays_the_paraphrased_answer(engine) -> None:
     text = read_document("changelog/apt.NEWS.Debian.txt")
     document = text[: text.index("\n\n", 6000)]  # the newest entries, about 1.5K tokens
     evidence = engine.select_evidence(document, QUESTION, selector=semantic_selector(), rounds=1)
+    assert any(ANSWER in e.text for e in evidence), [e.text for e in evidence]
+
+
+@pytest.mark.model
+def test_with_the_embedder_installed_the_default_replays_the_paraphrased_answer(engine) -> None:
+    # The test environment installs recontext[embeddings], as a user's does; without it the default
+    # is the hybrid selector (tests/unit/test_selection.py).
+    assert default_embedder_installed()
+    text = read_document("changelog/apt.NEWS.Debian.txt")
+    document = text[: text.index("\n\n", 6000)]
+    evidence = engine.select_evidence(document, QUESTION)
     assert any(ANSWER in e.text for e in evidence), [e.text for e in evidence]
 
 

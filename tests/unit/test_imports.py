@@ -23,7 +23,7 @@ EXPECTED_ALL = {
         PromptTooLongError ReContextEngine ReContextError ReplayConfig ReplayResult ReplayStream
         Usage UnsupportedModelError GenerationConfig
         AttentionSignal BM25Signal EmbeddingSignal OracleSignal RankFusion SentenceEmbeddingSignal
-        Signal semantic_selector
+        Signal hybrid_selector semantic_selector
         DEFAULT_SPLIT_PATTERNS MessageSplit SplitPattern chat_messages clean_text content_text
         context_block render_evidence_block split_messages
         ToolCall ToolSpec format_tool_call parse_tool_calls
@@ -40,7 +40,8 @@ EXPECTED_ALL = {
         """
         SIGNALS AttentionSignal BM25Signal EmbeddingSignal EvidencePool OracleSignal RankFusion
         SENTENCE_EMBEDDING_WEIGHT SelectionRound SentenceEmbeddingSignal Signal attention_settings
-        attention_signal default_selector get_signal pick_sentences register_signal semantic_selector
+        attention_signal default_selector get_signal hybrid_selector pick_sentences register_signal
+        semantic_selector
         signal_from_dict with_attention
         """
     ),

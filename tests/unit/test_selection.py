@@ -16,6 +16,7 @@ from recontext_engine.selection import (
     SentenceEmbeddingSignal,
     Signal,
     default_selector,
+    hybrid_selector,
     semantic_selector,
     signal_from_dict,
 )
@@ -28,7 +29,7 @@ EXAMPLES: dict[str, Signal] = {
     "bm25": BM25Signal(),
     "embedding": EmbeddingSignal(),
     "oracle": OracleSignal(spans=((0, 10, 19),)),
-    "rank_fusion": default_selector(),
+    "rank_fusion": hybrid_selector(),
     "sentence_embedding": SentenceEmbeddingSignal(),
 }
 
@@ -108,8 +109,19 @@ def test_attention_settings_out_of_range_are_refused(settings) -> None:
         AttentionSignal(**settings)
 
 
-def test_the_semantic_selector_is_the_default_plus_the_sentence_embedder() -> None:
+def test_the_semantic_selector_is_the_hybrid_plus_the_sentence_embedder() -> None:
     selector = semantic_selector(model="/models/e5")
-    assert selector.parts[:-1] == default_selector().parts
+    assert selector.parts[:-1] == hybrid_selector().parts
     assert selector.parts[-1] == (SentenceEmbeddingSignal(model="/models/e5"), 3.0)
     assert ReplayConfig.from_dict(ReplayConfig(selector=selector).to_dict()).selector == selector
+
+
+def test_the_default_selector_adds_the_sentence_embedder_only_where_it_is_installed(monkeypatch) -> None:
+    import recontext_engine.selection as selection
+
+    monkeypatch.setattr(selection, "default_embedder_installed", lambda: True)
+    assert default_selector() == semantic_selector()
+    assert ReplayConfig().selector == semantic_selector()
+    monkeypatch.setattr(selection, "default_embedder_installed", lambda: False)
+    assert default_selector() == hybrid_selector()
+    assert ReplayConfig().selector == hybrid_selector()
