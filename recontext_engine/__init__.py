@@ -77,9 +77,9 @@ __all__ = [
     "content_text",
     "context_block",
     "format_tool_call",
+    "hybrid_selector",
     "parse_tool_calls",
     "render_evidence_block",
-    "hybrid_selector",
     "semantic_selector",
     "split_messages",
 ]

@@ -152,8 +152,8 @@ class ReplayConfig:
     )
     replay_headings: bool = setting(
         "Replay with each picked sentence the headings of its section (a changelog entry's version "
-        "line, a markdown or underlined title, a list item over its sub-items), up to two, not "
-        "counted against the pool.",
+        "line, a markdown or underlined title, a list item over its sub-items), up to two, and with a "
+        "picked heading the first sentence under it; neither counted against the pool.",
         True,
     )
     selector: Signal = setting(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .messages import clean_text, content_text
 from .segment import replay_text
-from .selection import hybrid_selector
+from .selection import default_selector, hybrid_selector
 
 if TYPE_CHECKING:
     from .config import ReplayConfig
@@ -54,8 +54,9 @@ _PARAGRAPH = "\n\n"
 # found the fact's message in 15 of 16 sessions and round 2 added it in none (its four more lines were
 # distractors to the agent's model), while round 2's pass took ~70% of a warm replay. Picks within
 # 0.75 of the best pick's score: on other sessions (seed 1) that kept the fact in 16 of 16 with 2.25
-# lines instead of 4 (0.85 lost one). The hybrid selector, which the session benchmark measured:
-# the sentence embedder the default adds where installed is not measured on chat histories yet.
+# lines instead of 4 (0.85 lost one). The hybrid selector where the engine keeps the library's default:
+# the sentence embedder that default adds where installed answered 7 of 16 sessions against 8 (seed 1)
+# and made a warm replay 0.39x of the agent model's call against 0.15x.
 HISTORY_SELECTION: dict[str, Any] = {"rounds": 1, "evidence_margin": 0.75, "selector": hybrid_selector()}
 # The context cache grows to hold this many entries at most (one read of SmolLM2-135M's window in fp32
 # is ~240 MB): a session longer than 3 windows re-reads its oldest windows.
@@ -202,6 +203,15 @@ class _Read:
         )
 
 
+def _history_config(config: ReplayConfig) -> ReplayConfig:
+    """``config`` with :data:`HISTORY_SELECTION`; a selector other than the library's default (one
+    an engine was given on purpose) is kept."""
+    pinned = dict(HISTORY_SELECTION)
+    if config.selector != default_selector():
+        del pinned["selector"]
+    return config.with_options(**pinned)
+
+
 class HistoryReplayer:
     """Selects and renders the evidence of a message history for the latest request.
 
@@ -209,7 +219,7 @@ class HistoryReplayer:
     agent's own). ``replay_config``/``options``: the selection settings (``rounds``, ``top_k``,
     ``selector``, ...) as for :meth:`ReContextEngine.select_evidence`; without ``replay_config``, the
     engine's default with :data:`HISTORY_SELECTION` (one round, picks near the best, the hybrid
-    selector). Thread-safe as the engine is.
+    selector unless the engine names another one). Thread-safe as the engine is.
     """
 
     def __init__(
@@ -221,8 +231,7 @@ class HistoryReplayer:
     ) -> None:
         self.engine = engine
         self.config = config or HistoryReplayConfig()
-        base = replay_config or engine.default_config.with_options(**HISTORY_SELECTION)
-        self.replay_config = base.with_options(**options) if options else base
+        self.replay_config = (replay_config or _history_config(engine.default_config)).with_options(**options)
 
     def replay(self, messages: Sequence[Mapping[str, Any]], room_tokens: int | None = None) -> HistoryReplay:
         """The evidence of ``messages`` (``{"role", "content"}`` dicts, oldest first) for the latest

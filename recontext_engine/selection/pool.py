@@ -21,23 +21,26 @@ def within_margin(picks: list[tuple[int, float]], margin: float) -> list[tuple[i
 @dataclass
 class EvidencePool:
     """Evidence gathered over rounds: it never shrinks, holds no duplicates and reads in document
-    order. ``limit`` counts the picked sentences; the headings replayed with them come on top."""
+    order. ``limit`` counts the picked sentences; what is replayed with them (their headings, a
+    picked heading's first sentence) comes on top."""
 
     limit: int
     _items: dict[int, Evidence] = field(default_factory=dict)
     _picked: int = 0
 
-    def add(self, sentence_id: int, evidence: Evidence) -> bool:
-        """Add one sentence; False if it is already there or the pool is full. A heading
-        (``evidence.heading``) does not count against the limit."""
-        if sentence_id in self._items or (not evidence.heading and self._picked >= self.limit):
+    def add(self, sentence_id: int, evidence: Evidence, counted: bool | None = None) -> bool:
+        """Add one sentence; False if it is already there or the pool is full. What is replayed
+        with a pick (``counted=False``; by default a heading, ``evidence.heading``) does not count
+        against the limit."""
+        counted = not evidence.heading if counted is None else counted
+        if sentence_id in self._items or (counted and self._picked >= self.limit):
             return False
         self._items[sentence_id] = evidence
-        self._picked += not evidence.heading
+        self._picked += counted
         return True
 
     def __len__(self) -> int:
-        """The picked sentences (headings not counted)."""
+        """The picked sentences (what is replayed with them not counted)."""
         return self._picked
 
     def __contains__(self, sentence_id: int) -> bool:

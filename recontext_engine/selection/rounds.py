@@ -17,7 +17,7 @@ from .pool import EXTENDING_ORDERS, EvidencePool, within_margin
 def select_evidence(request: Request, reader: RoundReader) -> list[Evidence]:
     """The evidence to replay for ``request``: ``rounds`` rounds of ``config.selector``, each adding
     up to ``top_k`` sentences not pooled yet, until the pool is full; in ``evidence_order``."""
-    config, prefix = request.config, request.prefix
+    config = request.config
     selector = config.selector
     pool = EvidencePool(config.pool_limit)
     started = time.perf_counter()
@@ -37,15 +37,26 @@ def select_evidence(request: Request, reader: RoundReader) -> list[Evidence]:
         for sentence_id, score in within_margin(picks, config.evidence_margin):
             if not pool.add(sentence_id, _evidence(request, sentence_id, score, index)):
                 continue
-            # The headings of its section tell which part of the document the sentence is from
-            # (a changelog's version line, a README's title): replayed with it, not counted.
-            for heading_id in prefix.sentences[sentence_id].headings if config.replay_headings else ():
-                if present[heading_id]:
-                    pool.add(heading_id, _evidence(request, heading_id, score, index, heading=True))
+            if config.replay_headings:
+                _add_section(pool, request, sentence_id, score, index)
         if len(pool) >= pool.limit:
             break
     request.timings["select"] = time.perf_counter() - started
     return pool.arranged(config.evidence_order)
+
+
+def _add_section(pool: EvidencePool, request: Request, sentence_id: int, score: float, index: int) -> None:
+    """What a pick needs from its section, replayed with it and not counted: the headings over it,
+    which tell which part of the document it is from (a changelog's version line, a README's title),
+    and where the pick is itself a heading, the first sentence under it (a title alone answers
+    nothing: a changelog's version line picked without its first change, say)."""
+    sentences, present = request.prefix.sentences, request.present
+    for heading_id in sentences[sentence_id].headings:
+        if present[heading_id]:
+            pool.add(heading_id, _evidence(request, heading_id, score, index, heading=True))
+    following = sentence_id + 1
+    if following < len(present) and present[following] and sentence_id in sentences[following].headings:
+        pool.add(following, _evidence(request, following, score, index), counted=False)
 
 
 def _evidence(

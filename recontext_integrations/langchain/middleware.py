@@ -66,7 +66,8 @@ class ReContextMiddleware(AgentMiddleware):
     ``engine``: a loaded ``ReContextEngine`` to share (else ``model``/``heads``/``device`` load one
     once per process: the embedded SmolLM2-135M-Instruct by default). ``rounds``, ``top_k`` and
     ``replay_options``: the selection settings, as for ``ChatReContext`` (unset: a history is read
-    in one round with the hybrid selector, keeping picks near the best one:
+    in one round with the hybrid selector or the one the engine's default config names, keeping
+    picks near the best one:
     ``recontext_engine.history.HISTORY_SELECTION``).
     ``min_history_tokens``, ``max_replay_tokens``, ``header``: see ``recontext_engine.HistoryReplayConfig``.
     ``max_input_tokens``: the agent model's window (None: its ``profile["max_input_tokens"]`` where

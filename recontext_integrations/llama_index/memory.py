@@ -46,7 +46,8 @@ class ReContextMemoryBlock(LocalEngine, BaseMemoryBlock[str]):
     replay_options: dict[str, Any] = Field(
         default_factory=dict,
         description="ReplayConfig options of the selection (rounds, top_k, selector...); unset ones: "
-        "the engine's defaults with recontext_engine.history.HISTORY_SELECTION (one round, hybrid selector).",
+        "the engine's defaults with recontext_engine.history.HISTORY_SELECTION (one round, the hybrid "
+        "selector unless the engine names another).",
     )
     min_history_tokens: int = Field(default=1000, ge=0, description="Below this much history, no replay.")
     max_replay_tokens: int = Field(default=400, ge=1, description="The most tokens the replayed lines take.")

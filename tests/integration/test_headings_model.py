@@ -41,3 +41,24 @@ def test_the_entry_line_of_a_picked_change_is_replayed_with_it(engine) -> None:
     assert not any(e.heading for e in without)
     # Round 1 reads no evidence yet, so it picks the same; later rounds read the headings too.
     assert [e.text for e in without if e.round == 1] == [e.text for e in picked if e.round == 1]
+
+
+def test_a_picked_entry_line_brings_its_first_change(engine) -> None:
+    """The documents benchmark's gzip-1-10-bug: the selector picks entry lines for "version 1.10";
+    the bug number is in the first change under the 1.10-1 line, replayed with it."""
+    from recontext_engine.bench.documents import document_cases
+
+    (case,) = [
+        c
+        for c in document_cases(engine.count_tokens, families=["changelog"])
+        if c.meta["question_id"] == "gzip-1-10-bug"
+    ]
+    evidence = engine.select_evidence(case.context, case.question)
+    texts = [e.text for e in evidence]
+    entry = texts.index("gzip (1.10-1) unstable; urgency=medium")
+    assert texts[entry + 1] == "* new upstream version, closes: #925554"
+    assert not evidence[entry].heading and not evidence[entry + 1].heading
+    assert evidence[entry + 1].round == evidence[entry].round
+    without = engine.select_evidence(case.context, case.question, replay_headings=False)
+    assert "gzip (1.10-1) unstable; urgency=medium" in [e.text for e in without]
+    assert "* new upstream version, closes: #925554" not in [e.text for e in without]

@@ -125,3 +125,37 @@ def test_the_default_selector_adds_the_sentence_embedder_only_where_it_is_instal
     monkeypatch.setattr(selection, "default_embedder_installed", lambda: False)
     assert default_selector() == hybrid_selector()
     assert ReplayConfig().selector == hybrid_selector()
+
+
+def test_a_pick_brings_its_headings_and_a_picked_heading_the_first_sentence_under_it() -> None:
+    engine = tiny_engine()
+    document = (
+        "# Setup\n\nThe old bridge is north of the town.\n\nThe river is wide.\n\n"
+        "# Repairs\n\nMaria repaired the old bridge.\n\nThe town paid for it."
+    )
+
+    def picking(text: str) -> ReplayConfig:
+        start = document.index(text)
+        return ReplayConfig(rounds=1, top_k=1, selector=OracleSignal(spans=((0, start, start + 1),)))
+
+    def replayed(config: ReplayConfig) -> list[tuple[str, bool]]:
+        return [(e.text, e.heading) for e in engine.select_evidence(document, QUESTION, config)]
+
+    # A title alone answers nothing: its first sentence comes with it, not counted against top_k=1.
+    assert replayed(picking("# Repairs")) == [("# Repairs", False), ("Maria repaired the old bridge.", False)]
+    # A sentence brings the heading over it, not its neighbours.
+    assert replayed(picking("Maria")) == [("# Repairs", True), ("Maria repaired the old bridge.", False)]
+    assert replayed(picking("The river")) == [("# Setup", True), ("The river is wide.", False)]
+    assert replayed(picking("# Repairs").with_options(replay_headings=False)) == [("# Repairs", False)]
+
+
+def test_history_replay_reads_with_the_hybrid_unless_the_engine_names_its_own_selector() -> None:
+    from recontext_engine import HistoryReplayer
+
+    engine = tiny_engine()
+    assert HistoryReplayer(engine).replay_config.selector == hybrid_selector()
+    engine.default_config = ReplayConfig(selector=BM25Signal(), top_k=3)
+    replayer = HistoryReplayer(engine)
+    assert replayer.replay_config.selector == BM25Signal()
+    assert (replayer.replay_config.rounds, replayer.replay_config.top_k) == (1, 3)  # the rest still pinned
+    assert HistoryReplayer(engine, selector="embedding").replay_config.selector == EmbeddingSignal()
