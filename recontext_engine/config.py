@@ -143,6 +143,15 @@ class ReplayConfig:
         "fixed budget of top_k per round.",
         0.0,
     )
+    standout: float = setting(
+        "Lone evidence: in a context of more sentences than the pool holds, where round 1's best pick "
+        "is also the question's best BM25 match by at least this many times every other sentence, it "
+        "is replayed alone (a small model copies the "
+        "distractors beside it), and each later round adds only a sentence that stands out the same "
+        "way on the rare words the evidence brings and the question lacks (a chain's next hop), with "
+        "no read pass; 0 = off: top_k picks every round.",
+        3.0,
+    )
     evidence_order: Literal["document", "round", "score", "score_last"] = setting(
         "Order of the replayed sentences: as in the documents, round after round (each in document "
         "order), best-scored first ('score': round after round, best first in each), or best-scored "
@@ -191,6 +200,10 @@ class ReplayConfig:
                 (
                     0.0 <= self.evidence_margin < 1.0,
                     f"evidence_margin must be in [0, 1), got {self.evidence_margin}",
+                ),
+                (
+                    self.standout == 0.0 or self.standout >= 1.0,
+                    f"standout must be 0 (off) or >= 1, got {self.standout}",
                 ),
                 (
                     self.language is None or bool(_LANGUAGE.fullmatch(str(self.language))),

@@ -115,20 +115,26 @@ def lexical_tokens(text: str, language: str = "en") -> list[str]:
 
 def bm25_scores(question: str, sentences: Sequence[str], language: str = "en") -> torch.Tensor:
     """(len(sentences),) BM25 scores (``bm25s`` over :func:`lexical_tokens`); zeros if nothing matches."""
+    corpus = [lexical_tokens(s, language) for s in sentences]
+    return bm25_term_scores(lexical_tokens(question, language), corpus)
+
+
+def bm25_term_scores(query: Sequence[str], corpus: Sequence[Sequence[str]]) -> torch.Tensor:
+    """(len(corpus),) BM25 scores of already tokenized sentences against query terms (both from
+    :func:`lexical_tokens`); zeros if nothing matches."""
     import bm25s
 
     # bm25s sets its own logger to DEBUG on import, which overrides the application's log level.
     logging.getLogger("bm25s").setLevel(logging.WARNING)
 
-    scores = torch.zeros(len(sentences))
-    corpus = [lexical_tokens(s, language) for s in sentences]
+    scores = torch.zeros(len(corpus))
     vocab = {t for tokens in corpus for t in tokens}
-    query = [t for t in lexical_tokens(question, language) if t in vocab]
-    if not query:
+    terms = [t for t in query if t in vocab]
+    if not terms:
         return scores
     retriever = bm25s.BM25()
-    retriever.index(corpus, show_progress=False)
-    ids, values = retriever.retrieve([query], k=len(sentences), show_progress=False)
+    retriever.index([list(tokens) for tokens in corpus], show_progress=False)
+    ids, values = retriever.retrieve([terms], k=len(corpus), show_progress=False)
     scores[torch.as_tensor(ids[0], dtype=torch.long)] = torch.as_tensor(values[0], dtype=torch.float)
     return scores
 

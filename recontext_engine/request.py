@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .language import documents_language
-from .lexical import bm25_scores, recursive_query
+from .lexical import bm25_term_scores, lexical_tokens, recursive_query
 from .prompt import Prefix
 from .results import Evidence
 from .semantic import EmbeddingIndex
@@ -71,9 +71,18 @@ class Request:
         return documents_language(self.prefix.documents, self.config.language)
 
     @cached_property
+    def sentence_terms(self) -> list[list[str]]:
+        """Each sentence's BM25 terms (:func:`~recontext_engine.lexical.lexical_tokens`)."""
+        return [lexical_tokens(text, self.language) for text in self.sentence_texts]
+
+    @cached_property
+    def question_terms(self) -> list[str]:
+        return lexical_tokens(self.question, self.language)
+
+    @cached_property
     def question_scores(self) -> torch.Tensor:
         """BM25 scores of every sentence against the question alone."""
-        return bm25_scores(self.question, self.sentence_texts, self.language)
+        return bm25_term_scores(self.question_terms, self.sentence_terms)
 
     @cached_property
     def first_copy(self) -> torch.Tensor:

@@ -48,8 +48,9 @@ from recontext_engine.results import Evidence
 VARIANTS: dict[str, dict[str, object]] = {
     "default": {},
     "hybrid": {"selector": hybrid_selector()},
-    "attention": {"selector": AttentionSignal(null_calibration=True)},
-    "paper": {"selector": AttentionSignal(unit="token")},
+    # attention alone: lone evidence reads BM25, so it is off in these two
+    "attention": {"selector": AttentionSignal(null_calibration=True), "standout": 0.0},
+    "paper": {"selector": AttentionSignal(unit="token"), "standout": 0.0},
     "bm25-recursive": {"selector": BM25Signal()},
     "semantic": {"selector": semantic_selector()},
 }

@@ -18,8 +18,10 @@ chat template); they differ only in which evidence ``E`` is replayed:
   installed), pool capped at ``budget`` (``max_evidence``), ``ceil(budget / R)`` sentences per round
   unless ``--top-k`` is set.
 - ``recontext-hybrid-r{R}``: without the sentence embedder (``hybrid_selector()``).
-- ``recontext-attn-r{R}``: attention only (``selector=AttentionSignal(null_calibration=True)``).
+- ``recontext-attn-r{R}``: attention only (``selector=AttentionSignal(null_calibration=True)``;
+  lone evidence off, since it reads BM25).
 - ``recontext-paper-r{R}``: the paper's pure method: token unit, no null calibration, attention only.
+- ``recontext-nostandout-r{R}``: without lone evidence (``standout=0``: ``top_k`` picks every round).
 - ``recontext-budget-r{R}``: the adaptive budget (``evidence_margin``, :data:`BUDGET_MARGIN`).
 - ``recontext-scoreorder-r{R}``: evidence replayed best-first (round by round) instead of in document order.
 - ``recontext-cue-r{R}``: with the evidence cue (``evidence_cue=1``).
@@ -179,8 +181,10 @@ def run_oracle(ctx: MethodContext, case: BenchCase) -> ReplayResult:
 BUDGET_MARGIN = 0.8
 VARIANTS: dict[str, dict[str, Any]] = {
     "recontext": {},
-    "recontext-attn": {"selector": AttentionSignal(null_calibration=True)},
-    "recontext-paper": {"selector": AttentionSignal(unit="token")},
+    # attention alone: the lone-evidence rule reads BM25, so it is off in these two
+    "recontext-attn": {"selector": AttentionSignal(null_calibration=True), "standout": 0.0},
+    "recontext-paper": {"selector": AttentionSignal(unit="token"), "standout": 0.0},
+    "recontext-nostandout": {"standout": 0.0},
     "recontext-budget": {"evidence_margin": BUDGET_MARGIN},
     "recontext-scoreorder": {"evidence_order": "score"},
     "recontext-scorelast": {"evidence_order": "score_last"},
@@ -224,6 +228,7 @@ _DESCRIPTIONS = {
     "recontext-attn": "ReContext, attention only (null-calibrated sentence mass)",
     "recontext-paper": "ReContext as in the paper (token unit, no null calibration, attention only)",
     "recontext-budget": f"ReContext with the adaptive budget (evidence_margin={BUDGET_MARGIN})",
+    "recontext-nostandout": "ReContext without lone evidence (standout=0: top_k picks every round)",
     "recontext-scoreorder": "ReContext, evidence best-first (round by round) instead of document order",
     "recontext-scorelast": "ReContext, evidence best-last (next to the question) instead of document order",
     "recontext-cue": "ReContext with the evidence cue (evidence_cue=1: the pooled sentences' own attention)",

@@ -12,11 +12,14 @@ from ..request import Request
 from ..results import Evidence
 from .base import SelectionRound, pick_sentences
 from .pool import EXTENDING_ORDERS, EvidencePool, within_margin
+from .standout import next_hop, stands_out
 
 
 def select_evidence(request: Request, reader: RoundReader) -> list[Evidence]:
     """The evidence to replay for ``request``: ``rounds`` rounds of ``config.selector``, each adding
-    up to ``top_k`` sentences not pooled yet, until the pool is full; in ``evidence_order``."""
+    up to ``top_k`` sentences not pooled yet, until the pool is full; in ``evidence_order``. Where
+    round 1's pick stands out (``config.standout``), it is pooled alone and later rounds only follow
+    its chain, lexically (:mod:`.standout`)."""
     config = request.config
     selector = config.selector
     pool = EvidencePool(config.pool_limit)
@@ -26,7 +29,14 @@ def select_evidence(request: Request, reader: RoundReader) -> list[Evidence]:
     # document order.
     read_order = config.evidence_order if config.evidence_order in EXTENDING_ORDERS else "document"
     present = request.present
+    lone = False  # round 1's best pick stood out: later rounds only follow its chain
     for index in range(1, config.rounds + 1):
+        if lone:
+            hop = next_hop(request, pool.sentence_ids(), config.standout)
+            if hop is None:
+                break
+            _add_pick(pool, request, *hop, index)
+            continue
         round = SelectionRound(index, request, pool.arranged(read_order), reader, config.top_k)
         scores = selector.score(round)
         if scores is None:
@@ -34,15 +44,29 @@ def select_evidence(request: Request, reader: RoundReader) -> list[Evidence]:
         if selector.zero_is_no_match:
             scores = torch.where(scores > 0, scores, float("-inf"))
         picks = pick_sentences(scores, present, config.top_k, pool.sentence_ids(), request.first_copy)
+        if index == 1 and picks and _lone_evidence(request, picks[0][0], pool.limit):
+            picks, lone = picks[:1], True
         for sentence_id, score in within_margin(picks, config.evidence_margin):
-            if not pool.add(sentence_id, _evidence(request, sentence_id, score, index)):
-                continue
-            if config.replay_headings:
-                _add_section(pool, request, sentence_id, score, index)
+            _add_pick(pool, request, sentence_id, score, index)
         if len(pool) >= pool.limit:
             break
     request.timings["select"] = time.perf_counter() - started
     return pool.arranged(config.evidence_order)
+
+
+def _lone_evidence(request: Request, best: int, pool_limit: int) -> bool:
+    """Whether round 1's ``best`` pick is replayed alone (``config.standout``). A context the pool could
+    hold whole has nothing to cut (a chat's tool call, which the question matches, and the tool's
+    result, which answers it): the rule is for long contexts."""
+    ratio = request.config.standout
+    return ratio > 0 and int(request.present.sum()) > pool_limit and stands_out(request, best, ratio)
+
+
+def _add_pick(pool: EvidencePool, request: Request, sentence_id: int, score: float, index: int) -> None:
+    """Pool a picked sentence and, with ``replay_headings``, what it needs from its section."""
+    added = pool.add(sentence_id, _evidence(request, sentence_id, score, index))
+    if added and request.config.replay_headings:
+        _add_section(pool, request, sentence_id, score, index)
 
 
 def _add_section(pool: EvidencePool, request: Request, sentence_id: int, score: float, index: int) -> None:

@@ -8,7 +8,8 @@
 
 - ``full``: none (the whole history);
 - ``recontext``: ``ReContextMiddleware`` (the history's evidence replayed next to the request);
-- ``bm25``: the same middleware, one round of BM25 instead of the model's retrieval heads;
+- ``bm25``: the same middleware, one round of BM25 instead of the model's retrieval heads (its
+  picks within the margin, lone evidence off);
 - ``summarization``: LangChain's ``SummarizationMiddleware`` (the same model summarises; it fires
   above half of the session's approximate tokens and keeps the last ``--keep-messages`` messages);
 - ``context_editing``: LangChain's ``ContextEditingMiddleware(ClearToolUsesEdit(keep=3))`` (old
@@ -287,7 +288,7 @@ class _Arms:
                     engine=self.engine,
                     min_history_tokens=0,
                     rounds=1,
-                    replay_options={"selector": "bm25"},
+                    replay_options={"selector": "bm25", "standout": 0.0},  # BM25's own picks
                     header=self.config.header,
                 )
             ]

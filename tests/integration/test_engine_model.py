@@ -54,11 +54,16 @@ def test_each_round_adds_new_sentences_and_follows_the_chain(engine) -> None:
     body[12:12] = ["Ann Vale works at Korvex Labs.", "Bo Lund works at Delmar Group."]
     body[30:30] = ["Korvex Labs is based in Lisbon.", "Delmar Group is based in Oslo."]
     document = " ".join(body)
-    evidence = engine.select_evidence(document, "Which city does Ann Vale work in?", SMALL)
+    question = "Which city does Ann Vale work in?"
+    evidence = engine.select_evidence(document, question, SMALL, standout=0.0)  # top_k every round
     texts = [e.text for e in evidence]
     assert len(texts) == 2 * SMALL.top_k and len(set(texts)) == len(texts)
     assert {e.round for e in evidence} == {1, 2}
     assert "Ann Vale works at Korvex Labs." in texts and "Korvex Labs is based in Lisbon." in texts
+    # Lone evidence (the default): "Ann Vale" singles out the first hop, and "Korvex", which the
+    # question lacks, the second; the chain alone is replayed.
+    chain = [(e.round, e.text) for e in engine.select_evidence(document, question, SMALL)]
+    assert chain == [(1, "Ann Vale works at Korvex Labs."), (2, "Korvex Labs is based in Lisbon.")]
 
 
 def test_the_evidence_cue_lets_attention_alone_follow_a_chain(engine) -> None:
@@ -102,14 +107,30 @@ def test_later_rounds_query_bm25_with_the_pooled_sentences_that_share_the_questi
     assert request.query([pooled(body[5])]) == request.query([pooled(body[5]), pooled(body[0])])
 
 
+SHIPPING_LOG = Path(__file__).parents[2] / "cookbook" / "data" / "shipping_log.txt"
+PADLOCK = "What padlock code sealed the cold-storage hold of the Halcyon?"
+
+
 def test_a_line_the_log_repeats_is_replayed_once(engine) -> None:
     # The cookbook's shipping log repeats "The harbour master noted a short squall in the afternoon."
     # 13 times; the embedded model's heads rank five of those copies first among its 242 units.
-    log = (Path(__file__).parents[2] / "cookbook" / "data" / "shipping_log.txt").read_text(encoding="utf-8")
-    evidence = engine.select_evidence(log, "What padlock code sealed the cold-storage hold of the Halcyon?")
+    log = SHIPPING_LOG.read_text(encoding="utf-8")
+    evidence = engine.select_evidence(log, PADLOCK, standout=0.0)  # every round picks top_k
     texts = [e.text for e in evidence]
     assert len(texts) == len(set(texts)) == ReplayConfig().pool_limit
     assert any("padlock code 5816" in text for text in texts)
+
+
+def test_the_readme_example_replays_the_padlock_sentence_alone_and_answers_with_the_code(engine) -> None:
+    # README command 1. Beside three log lines the model copied the last one ("The Ibis left Cork
+    # ..."); the question's words single the padlock sentence out (BM25 10.5 against 1.7 for the
+    # next), so it is replayed alone, and no later round finds a sentence sharing its rare words.
+    result = engine.answer(SHIPPING_LOG.read_text(encoding="utf-8"), PADLOCK)
+    assert [e.text for e in result.evidence] == [
+        "During the inspection that day, the cargo officer recorded that the cold-storage hold of the "
+        "Halcyon had been sealed with padlock code 5816."
+    ]
+    assert "5816" in result.text and result.text.count(".") <= 1
 
 
 def test_a_second_question_on_the_same_context_prefills_nothing(engine, prefill_counts) -> None:
@@ -146,6 +167,7 @@ def test_a_few_new_tokens_are_computed_by_the_first_read_pass(engine, prefill_co
     # A chat's next turn: a cache hit and a short addition, which the first read pass computes with
     # the question's tokens instead of a prefill of its own; the evidence is the same.
     history = planted_document(FACT, sentences=60, depth=0.3, seed=24)
+    config = SMALL.with_options(standout=0.0)  # two read passes (the vault sentence stands out)
     grown = history + " The ferry left at noon, and Ada asked about the vault again."
     reads: list[tuple[int, int]] = []
     read = engine.backend.read
@@ -156,19 +178,19 @@ def test_a_few_new_tokens_are_computed_by_the_first_read_pass(engine, prefill_co
 
     monkeypatch.setattr(engine.backend, "read", counting)
     engine.context_cache.clear()
-    engine.select_evidence(history, QUESTION, SMALL)
+    engine.select_evidence(history, QUESTION, config)
     prefilled = prefill_counts
     prefilled.clear()
     reads.clear()
-    merged = engine.answer(grown, QUESTION, SMALL)
+    merged = engine.answer(grown, QUESTION, config)
     added = engine.count_tokens(grown) - engine.count_tokens(history)
     assert 0 < added <= MERGED_PREFILL_TOKENS and prefilled == []  # no prefill of its own
     (first_at, first_length), (second_at, _) = reads[:2]
     assert second_at == first_at + added and first_length > added  # round 2 reads after the whole prefix
-    again = engine.answer(grown, QUESTION, SMALL)  # the cache kept the whole prefix
+    again = engine.answer(grown, QUESTION, config)  # the cache kept the whole prefix
     assert prefilled == [0] and again.usage.cached_tokens == merged.usage.cached_tokens + added
     engine.context_cache.clear()
-    fresh = engine.answer(grown, QUESTION, SMALL)
+    fresh = engine.answer(grown, QUESTION, config)
     assert FACT in [e.text for e in merged.evidence]
     assert merged.evidence == fresh.evidence and merged.text == fresh.text == again.text
 

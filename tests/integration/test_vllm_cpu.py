@@ -42,6 +42,9 @@ CASES = [
 ROUND_ORDER_SENTENCES = 42  # the context (465 tokens) ends late in a 128-token block: see the test
 # Null calibration on, so the null read and its row cache run on vLLM too (the default skips them).
 CONFIG = ReplayConfig(rounds=2, top_k=4).with_options(max_new_tokens=12, null_calibration=True)
+# The planted facts stand out, so the default reads once (lone evidence); tests of what later read
+# passes take from the prefix cache turn it off.
+TWO_READS = CONFIG.with_options(standout=0.0)
 
 
 def case_document(index: int) -> str:
@@ -145,16 +148,16 @@ def test_prefix_cache_reuse_across_rounds_and_questions(vllm_engine):
     document = planted_document("The red door opens at dusk.", sentences=60, depth=0.5, seed=7)
     block = 128  # vLLM's CPU block size by default: only whole blocks are cached
     backend.prefix_hits.clear()
-    vllm_engine.answer(document, "When does the red door open?", CONFIG)
+    vllm_engine.answer(document, "When does the red door open?", TWO_READS)
     first = list(backend.prefix_hits)  # question read, null read, round 2 reads, generation
-    request = vllm_engine._start(document, "When does the red door open?", CONFIG)
+    request = vllm_engine._start(document, "When does the red door open?", TWO_READS)
     context = len(request.prefix.ids)
     # round 1 computes the context; every later pass of the call takes it from the cache
     assert first[0][0] == "read" and first[-1][0] == "generate" and len(first) >= 3
     assert first[0][2] < context - block  # the first pass computes the context
     assert all(cached >= context - block for _, _, cached in first[1:])
     backend.prefix_hits.clear()
-    vllm_engine.select_evidence(document, "What opens at dusk?", CONFIG.with_options(rounds=1))
+    vllm_engine.select_evidence(document, "What opens at dusk?", TWO_READS.with_options(rounds=1))
     # another question: its read reuses the context (the null read's rows are remembered, no request)
     fresh = list(backend.prefix_hits)
     assert [kind for kind, _, _ in fresh] == ["read"]
@@ -169,7 +172,8 @@ def test_in_round_order_the_generation_takes_the_earlier_evidence_from_the_prefi
         "The red door opens at dusk.", sentences=ROUND_ORDER_SENTENCES, depth=0.4, seed=8
     )
     question = "When does the red door open?"
-    config = ReplayConfig(rounds=2, top_k=4, evidence_order="round").with_options(max_new_tokens=8)
+    config = ReplayConfig(rounds=2, top_k=4, evidence_order="round", standout=0.0)
+    config = config.with_options(max_new_tokens=8)
     backend.prefix_hits.clear()
     result = vllm_engine.answer(document, question, config)
     kind, _, cached = backend.prefix_hits[-1]

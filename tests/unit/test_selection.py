@@ -20,6 +20,7 @@ from recontext_engine.selection import (
     semantic_selector,
     signal_from_dict,
 )
+from recontext_engine.selection.standout import stands_out
 from tests.selection_fakes import fake_round
 from tests.unit.test_engine_hooks import QUESTION, tiny_documents, tiny_engine
 
@@ -159,3 +160,49 @@ def test_history_replay_reads_with_the_hybrid_unless_the_engine_names_its_own_se
     assert replayer.replay_config.selector == BM25Signal()
     assert (replayer.replay_config.rounds, replayer.replay_config.top_k) == (1, 3)  # the rest still pinned
     assert HistoryReplayer(engine, selector="embedding").replay_config.selector == EmbeddingSignal()
+
+
+CHAIN = (
+    "Tomas Sato works at Norley Analytics. Norley Analytics is based in Helsinki. "
+    "Lucia Haddad works at Norora Analytics. Norora Analytics is based in Valparaiso. "
+    "Keiko Mbeki works at Lumley Holdings. Lumley Holdings is based in Tallinn."
+)
+
+
+def test_a_sentence_the_question_singles_out_is_replayed_alone_and_later_rounds_follow_its_chain() -> None:
+    engine = tiny_engine()
+
+    def replayed(question: str, **options) -> list[tuple[int, str]]:
+        config = ReplayConfig(rounds=2, top_k=2, selector=BM25Signal())  # a pool of 4 of 6 sentences
+        evidence = engine.select_evidence(CHAIN, question, config, **options)
+        return [(e.round, e.text) for e in evidence]
+
+    # "Tomas Sato" singles out the first sentence; the rare word it brings ("Norley": "Analytics" is in
+    # four sentences) leads round 2 to the next hop, and to nothing else.
+    chain = [(1, "Tomas Sato works at Norley Analytics."), (2, "Norley Analytics is based in Helsinki.")]
+    assert replayed("Which city does Tomas Sato work in?") == chain
+    # Off, every round picks up to top_k: the other "works at" sentences come too.
+    off = replayed("Which city does Tomas Sato work in?", standout=0.0)
+    assert (1, "Tomas Sato works at Norley Analytics.") in off and len(off) == 4
+    # Nothing stands out (each company name is in two sentences): the usual picks.
+    assert len(replayed("Which analytics companies are there?")) == 4
+    # A context the pool holds whole has nothing to cut: with top_k=4 (a pool of 8) every sentence
+    # sharing a word with the question is replayed.
+    whole = engine.select_evidence(
+        CHAIN, "Which city does Tomas Sato work in?", rounds=2, top_k=4, selector="bm25"
+    )
+    assert "Lucia Haddad works at Norora Analytics." in [e.text for e in whole] and len(whole) == 5
+
+
+def test_lone_evidence_compares_against_other_texts_and_only_after_a_read_round() -> None:
+    engine = tiny_engine()
+    log = "The pump failed at dawn. The tide was low. The pump failed at dawn. Maria fixed the pump at noon."
+    question = "When did the pump fail at dawn?"
+    config = ReplayConfig(rounds=2, top_k=1, selector=BM25Signal())  # a pool of 2 of 4 sentences
+    request = engine._start(log, question, config)
+    first = 0  # its copy (sentence 2) is the same line, not a rival
+    assert stands_out(request, first, 3.0) and not stands_out(request, 3, 3.0)
+    assert not stands_out(request, first, 50.0)
+    assert [e.text for e in engine.select_evidence(log, question, config)] == ["The pump failed at dawn."]
+    with pytest.raises(ReContextError, match="standout must be 0"):
+        ReplayConfig(standout=0.5)
