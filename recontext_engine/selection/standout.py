@@ -24,9 +24,11 @@ RARE_TERM_SENTENCES = 3
 
 
 def stands_out(request: Request, sentence_id: int, ratio: float) -> bool:
-    """Whether ``sentence_id`` is the question's best BM25 match by at least ``ratio`` times every
-    other candidate sentence (copies of its text aside)."""
-    return _lone_best(request, request.question_scores, [], ratio) == sentence_id
+    """Whether ``sentence_id`` (or a copy of its text) is the question's best BM25 match by at least
+    ``ratio`` times every other candidate sentence (copies of its text aside)."""
+    best = _lone_best(request, request.question_scores, [], ratio)
+    copies = request.first_copy
+    return best is not None and int(copies[best]) == int(copies[sentence_id])
 
 
 def next_hop(request: Request, pooled: Sequence[int], ratio: float) -> tuple[int, float] | None:
@@ -58,6 +60,5 @@ def _lone_best(request: Request, scores: torch.Tensor, pooled: Sequence[int], ra
     best = int(torch.argmax(scores))
     if not bool(candidates.any()) or float(scores[best]) <= 0:
         return None
-    others = torch.where(copies == copies[best], float("-inf"), scores)
-    runner_up = float(others.max()) if len(others) else float("-inf")
+    runner_up = float(torch.where(copies == copies[best], float("-inf"), scores).max())
     return best if float(scores[best]) >= ratio * max(runner_up, 0.0) else None

@@ -184,7 +184,7 @@ def test_a_sentence_the_question_singles_out_is_replayed_alone_and_later_rounds_
     # Off, every round picks up to top_k: the other "works at" sentences come too.
     off = replayed("Which city does Tomas Sato work in?", standout=0.0)
     assert (1, "Tomas Sato works at Norley Analytics.") in off and len(off) == 4
-    # Nothing stands out (each company name is in two sentences): the usual picks.
+    # Nothing stands out ("Analytics" is in four sentences alike): the usual picks.
     assert len(replayed("Which analytics companies are there?")) == 4
     # A context the pool holds whole has nothing to cut: with top_k=4 (a pool of 8) every sentence
     # sharing a word with the question is replayed.
@@ -194,14 +194,14 @@ def test_a_sentence_the_question_singles_out_is_replayed_alone_and_later_rounds_
     assert "Lucia Haddad works at Norora Analytics." in [e.text for e in whole] and len(whole) == 5
 
 
-def test_lone_evidence_compares_against_other_texts_and_only_after_a_read_round() -> None:
+def test_a_repeated_line_is_no_rival_of_itself_and_a_lone_pick_needs_the_ratio() -> None:
     engine = tiny_engine()
     log = "The pump failed at dawn. The tide was low. The pump failed at dawn. Maria fixed the pump at noon."
     question = "When did the pump fail at dawn?"
     config = ReplayConfig(rounds=2, top_k=1, selector=BM25Signal())  # a pool of 2 of 4 sentences
     request = engine._start(log, question, config)
     first = 0  # its copy (sentence 2) is the same line, not a rival
-    assert stands_out(request, first, 3.0) and not stands_out(request, 3, 3.0)
+    assert stands_out(request, first, 3.0) and stands_out(request, 2, 3.0) and not stands_out(request, 3, 3.0)
     assert not stands_out(request, first, 50.0)
     assert [e.text for e in engine.select_evidence(log, question, config)] == ["The pump failed at dawn."]
     with pytest.raises(ReContextError, match="standout must be 0"):
