@@ -146,10 +146,9 @@ class ReplayConfig:
     standout: float = setting(
         "Lone evidence: in a context of more sentences than the pool holds, where round 1's best pick "
         "is also the question's best BM25 match by at least this many times every other sentence, it "
-        "is replayed alone (a small model copies the "
-        "distractors beside it), and each later round adds only a sentence that stands out the same "
-        "way on the rare words the evidence brings and the question lacks (a chain's next hop), with "
-        "no read pass; 0 = off: top_k picks every round.",
+        "is replayed alone (a small model copies the distractors beside it), and each later round "
+        "adds only a sentence that stands out the same way on the rare words the evidence brings and "
+        "the question lacks (a chain's next hop), with no read pass; 0 = off: top_k picks every round.",
         3.0,
     )
     evidence_order: Literal["document", "round", "score", "score_last"] = setting(

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..lexical import recursive_bm25_scores
+from ..lexical import bm25_term_scores, lexical_tokens
 from ..settings import setting
 from .base import SelectionRound, Signal, register_signal
 
@@ -27,9 +27,10 @@ class BM25Signal(Signal):
     )
 
     def score(self, round: SelectionRound) -> torch.Tensor:
-        pooled = round.pooled if self.recursive else []
-        question_scores = round.request.question_scores
-        scores = recursive_bm25_scores(
-            round.question, round.sentence_texts, pooled, round.language, question_scores
-        )
+        request = round.request
+        query = round.query if self.recursive else round.question
+        if query == round.question:
+            scores = request.question_scores
+        else:  # the sentences' terms are tokenized once per request, not once per round
+            scores = bm25_term_scores(lexical_tokens(query, round.language), request.sentence_terms)
         return scores[: round.num_sentences]
