@@ -151,6 +151,11 @@ class ReplayConfig:
         "the question lacks (a chain's next hop), with no read pass; 0 = off: top_k picks every round.",
         3.0,
     )
+    hops: int | None = setting(
+        "Lone evidence's chain: the most sentences it adds after round 1's pick, one lexical hop "
+        "each (no read pass); None = rounds - 1, a hop where a round would be.",
+        None,
+    )
     evidence_order: Literal["document", "round", "score", "score_last"] = setting(
         "Order of the replayed sentences: as in the documents, round after round (each in document "
         "order), best-scored first ('score': round after round, best first in each), or best-scored "
@@ -193,6 +198,7 @@ class ReplayConfig:
                 (1 <= self.top_k <= 512, f"top_k must be between 1 and 512, got {self.top_k}"),
                 (self.evidence_order in EVIDENCE_ORDERS, f"unknown evidence_order {self.evidence_order!r}"),
                 (self.max_evidence is None or self.max_evidence >= 1, "max_evidence must be >= 1 or None"),
+                (self.hops is None or 0 <= self.hops <= 8, f"hops must be 0 to 8 or None, got {self.hops}"),
                 (self.max_sentence_chars >= 20, "max_sentence_chars must be >= 20"),
                 ("{evidence}" in self.evidence_template, "evidence_template must contain {evidence}"),
                 ("{question}" in self.question_template, "question_template must contain {question}"),
@@ -221,6 +227,11 @@ class ReplayConfig:
         """The selector's attention signal (the default one where the selector has none): head
         detection reads its cue window and scorer."""
         return attention_signal(self.selector) or AttentionSignal()
+
+    @property
+    def chain_hops(self) -> int:
+        """The hops a lone pick's chain may take (:attr:`hops`, else ``rounds - 1``)."""
+        return max(0, self.rounds - 1) if self.hops is None else self.hops
 
     @property
     def pool_limit(self) -> int:

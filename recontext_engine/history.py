@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .language import documents_language
+from .lexical import lexical_tokens
 from .messages import clean_text, content_text
 from .segment import replay_text
 from .selection import default_selector, hybrid_selector
@@ -56,8 +58,16 @@ _PARAGRAPH = "\n\n"
 # 0.75 of the best pick's score: on other sessions (seed 1) that kept the fact in 16 of 16 with 2.25
 # lines instead of 4 (0.85 lost one). The hybrid selector where the engine keeps the library's default:
 # the sentence embedder that default adds where installed answered 7 of 16 sessions against 8 (seed 1)
-# and made a warm replay 0.39x of the agent model's call against 0.15x.
-HISTORY_SELECTION: dict[str, Any] = {"rounds": 1, "evidence_margin": 0.75, "selector": hybrid_selector()}
+# and made a warm replay 0.39x of the agent model's call against 0.15x. One lexical hop after a lone pick
+# (no read pass): a value stated early singles out its statement, and the correction repeats the old
+# value's rare words; with it the 48 sessions of seed 0 replayed a superseded value's correction in 12 of
+# 12 (docs/agents.md).
+HISTORY_SELECTION: dict[str, Any] = {
+    "rounds": 1,
+    "hops": 1,
+    "evidence_margin": 0.75,
+    "selector": hybrid_selector(),
+}
 # The context cache grows to hold this many entries at most (one read of SmolLM2-135M's window in fp32
 # is ~240 MB): a session longer than 3 windows re-reads its oldest windows.
 _MAX_CACHED_READS = 4
@@ -72,7 +82,8 @@ class HistoryReplayConfig:
     line above the quoted sentences. ``window_share``: the share of the engine's window one read
     of the history may take (the rest holds the request, the evidence rounds and the chat template).
     ``max_request_chars``: a longer request is read by its last characters (where a question under a
-    pasted text stands).
+    pasted text stands). ``max_result_tokens``: a picked tool call, or the user request it answered,
+    brings its tool results that are at most this long, whole (0: never).
     """
 
     min_history_tokens: int = 1000
@@ -81,6 +92,7 @@ class HistoryReplayConfig:
     header: str = DEFAULT_HEADER
     window_share: float = 0.625
     max_request_chars: int = 2000
+    max_result_tokens: int = 160
 
     def __post_init__(self) -> None:
         if self.min_history_tokens < 0:
@@ -91,6 +103,8 @@ class HistoryReplayConfig:
             raise ValueError(f"window_share must be in [0.1, 0.9], got {self.window_share}")
         if self.max_request_chars < 1:
             raise ValueError(f"max_request_chars must be >= 1, got {self.max_request_chars}")
+        if self.max_result_tokens < 0:
+            raise ValueError(f"max_result_tokens must be >= 0, got {self.max_result_tokens}")
         unknown = set(self.roles) - {"user", "assistant", "tool", "system"}
         if unknown:
             raise ValueError(f"roles must be among user, assistant, tool, system; got {sorted(unknown)}")
@@ -179,7 +193,11 @@ class _Read:
         return _PARAGRAPH.join(self._label(p) + p.text for p in self.pieces)
 
     def _label(self, piece: _Piece) -> str:
-        return f"{self.roles[piece.message_index]}: "
+        # An indented first line (a tool's listing, right-aligned sizes) keeps its indent on a line of
+        # its own: after the label it would sit at column 0, and its rows, indented deeper, would read
+        # as an outline under it (the first row replayed as the heading of every other).
+        role = self.roles[piece.message_index]
+        return f"{role}:\n" if piece.text[:1] in " \t" else f"{role}: "
 
     def locate(self, evidence: Evidence, starts: Sequence[int]) -> HistoryEvidence | None:
         """The evidence as a slice of its message (the label cut off; None if it is all label)."""
@@ -290,6 +308,7 @@ class HistoryReplayer:
             base.cached_tokens += cached
             starts = read.starts
             found += [item for e in chosen if (item := read.locate(e, starts)) is not None]
+        found += self._results_of(found, request, roles, texts, dict(zip(searched, counts)))
         kept, used = _within_budget(found, budget, self.engine.count_tokens)
         base.seconds = time.perf_counter() - started
         if not kept:
@@ -305,6 +324,42 @@ class HistoryReplayer:
         return "\n".join([self.config.header, *(_line(e) for e in evidence)])
 
     # -- internals --------------------------------------------------------------------------
+
+    def _results_of(
+        self,
+        found: Sequence[HistoryEvidence],
+        request: str,
+        roles: Sequence[str],
+        texts: Sequence[str],
+        counts: Mapping[int, int],
+    ) -> list[HistoryEvidence]:
+        """The tool results of the picked tool calls (or of the requests that asked for them) that are
+        short (``max_result_tokens``) and hold a word of the request the pick lacks: whole, scored as
+        the pick. A call names what a question about its output asks for ("config/reports.json")
+        where the output ('"port": 24840') does not; the other words of the question ("port") tell an
+        answering result from a routine one (a call whose result holds none of them brings nothing).
+        """
+        language = documents_language([texts[i] for i in counts], self.replay_config.language)
+        asked = set(lexical_tokens(request, language))
+        have = {e.message_index for e in found}
+        brought: list[HistoryEvidence] = []
+        for pick in sorted(found, key=lambda e: -e.score):
+            index = pick.message_index + 1
+            if pick.role == "user" and index < len(roles) and roles[index] == "assistant":
+                index += 1  # the request, then the assistant's call
+            elif pick.role != "assistant":
+                continue
+            missing = asked - set(lexical_tokens(pick.text, language))
+            while index in counts and roles[index] == "tool":
+                if (
+                    index not in have
+                    and counts[index] <= self.config.max_result_tokens
+                    and not missing.isdisjoint(lexical_tokens(texts[index], language))
+                ):
+                    brought.append(_whole(texts[index], index, pick))
+                    have.add(index)
+                index += 1
+        return brought
 
     def _token_counts(self, texts: Sequence[str]) -> list[int]:
         if not texts:
@@ -353,6 +408,13 @@ def _pieces(text: str, index: int, tokens: int, limit: int) -> list[_Piece]:
         pieces.append(_Piece(text[start:end], index, start, max(1, (end - start) * tokens // len(text))))
         start = end
     return [p for p in pieces if p.text.strip()]
+
+
+def _whole(text: str, index: int, pick: HistoryEvidence) -> HistoryEvidence:
+    """Message ``index``'s text (its blank edges cut) as evidence of ``pick``'s score and round."""
+    start = len(text) - len(text.lstrip())
+    end = len(text.rstrip())
+    return HistoryEvidence(text[start:end], index, "tool", start, end, pick.score, pick.round)
 
 
 def _line(item: HistoryEvidence) -> str:

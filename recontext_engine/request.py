@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -74,6 +75,12 @@ class Request:
     def sentence_terms(self) -> list[list[str]]:
         """Each sentence's BM25 terms (:func:`~recontext_engine.lexical.lexical_tokens`)."""
         return [lexical_tokens(text, self.language) for text in self.sentence_texts]
+
+    @cached_property
+    def term_sentences(self) -> Counter[str]:
+        """How many sentences that can be picked hold each term (lone evidence's rare terms)."""
+        terms = self.sentence_terms
+        return Counter(t for i in torch.nonzero(self.present).flatten().tolist() for t in set(terms[i]))
 
     @cached_property
     def question_terms(self) -> list[str]:

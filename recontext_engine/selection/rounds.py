@@ -18,8 +18,8 @@ from .standout import next_hop, stands_out
 def select_evidence(request: Request, reader: RoundReader) -> list[Evidence]:
     """The evidence to replay for ``request``: ``rounds`` rounds of ``config.selector``, each adding
     up to ``top_k`` sentences not pooled yet, until the pool is full; in ``evidence_order``. Where
-    round 1's pick stands out (``config.standout``), it is pooled alone and later rounds only follow
-    its chain, lexically (:mod:`.standout`)."""
+    round 1's pick stands out (``config.standout``), it is pooled alone and its chain is followed,
+    lexically, for ``config.chain_hops`` hops (:mod:`.standout`)."""
     config = request.config
     selector = config.selector
     pool = EvidencePool(config.pool_limit)
@@ -29,14 +29,7 @@ def select_evidence(request: Request, reader: RoundReader) -> list[Evidence]:
     # document order.
     read_order = config.evidence_order if config.evidence_order in EXTENDING_ORDERS else "document"
     present = request.present
-    lone = False  # round 1's best pick stood out: later rounds only follow its chain
     for index in range(1, config.rounds + 1):
-        if lone:
-            hop = next_hop(request, pool.sentence_ids(), config.standout)
-            if hop is None:
-                break
-            _add_pick(pool, request, *hop, index)
-            continue
         round = SelectionRound(index, request, pool.arranged(read_order), reader, config.top_k)
         scores = selector.score(round)
         if scores is None:
@@ -45,7 +38,9 @@ def select_evidence(request: Request, reader: RoundReader) -> list[Evidence]:
             scores = torch.where(scores > 0, scores, float("-inf"))
         picks = pick_sentences(scores, present, config.top_k, pool.sentence_ids(), request.first_copy)
         if index == 1 and picks and _lone_evidence(request, picks[0][0], pool.limit):
-            picks, lone = picks[:1], True
+            _add_pick(pool, request, *picks[0], index)
+            _follow_chain(pool, request)
+            break
         for sentence_id, score in within_margin(picks, config.evidence_margin):
             _add_pick(pool, request, sentence_id, score, index)
         if len(pool) >= pool.limit:
@@ -60,6 +55,17 @@ def _lone_evidence(request: Request, best: int, pool_limit: int) -> bool:
     result, which answers it): the rule is for long contexts."""
     ratio = request.config.standout
     return ratio > 0 and int(request.present.sum()) > pool_limit and stands_out(request, best, ratio)
+
+
+def _follow_chain(pool: EvidencePool, request: Request) -> None:
+    """After a lone pick, its chain: up to ``config.chain_hops`` next hops, each numbered as the round
+    it stands in for, until none stands out or the pool is full."""
+    config = request.config
+    for index in range(2, config.chain_hops + 2):
+        hop = None if len(pool) >= pool.limit else next_hop(request, pool.sentence_ids(), config.standout)
+        if hop is None:
+            break
+        _add_pick(pool, request, *hop, index)
 
 
 def _add_pick(pool: EvidencePool, request: Request, sentence_id: int, score: float, index: int) -> None:

@@ -10,7 +10,6 @@ one other sentence shares). Both tests are lexical, so a later round needs no re
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
 import torch
@@ -34,9 +33,7 @@ def stands_out(request: Request, sentence_id: int, ratio: float) -> bool:
 def next_hop(request: Request, pooled: Sequence[int], ratio: float) -> tuple[int, float] | None:
     """The sentence that stands out by ``ratio`` on the rare terms of the ``pooled`` evidence that the
     question lacks, with its BM25 score on those terms; None where none does."""
-    terms = request.sentence_terms
-    shown = torch.nonzero(request.present).flatten().tolist()
-    counts = Counter(t for i in shown for t in set(terms[i]))
+    terms, counts = request.sentence_terms, request.term_sentences
     asked = set(request.question_terms)
     bridge = sorted(
         {t for i in pooled for t in terms[i] if t not in asked and counts[t] <= RARE_TERM_SENTENCES}

@@ -69,7 +69,8 @@ class ReContextMiddleware(AgentMiddleware):
     in one round with the hybrid selector or the one the engine's default config names, keeping
     picks near the best one:
     ``recontext_engine.history.HISTORY_SELECTION``).
-    ``min_history_tokens``, ``max_replay_tokens``, ``header``: see ``recontext_engine.HistoryReplayConfig``.
+    ``min_history_tokens``, ``max_replay_tokens``, ``max_result_tokens``, ``header``: see
+    ``recontext_engine.HistoryReplayConfig``.
     ``max_input_tokens``: the agent model's window (None: its ``profile["max_input_tokens"]`` where
     it has one; else no limit but ``max_replay_tokens``).
     """
@@ -86,6 +87,7 @@ class ReContextMiddleware(AgentMiddleware):
         replay_options: dict[str, Any] | None = None,
         min_history_tokens: int = 1000,
         max_replay_tokens: int = 400,
+        max_result_tokens: int = HistoryReplayConfig.max_result_tokens,
         max_input_tokens: int | None = None,
         header: str | None = None,
     ) -> None:
@@ -102,6 +104,7 @@ class ReContextMiddleware(AgentMiddleware):
         self.history_config = HistoryReplayConfig(
             min_history_tokens=min_history_tokens,
             max_replay_tokens=max_replay_tokens,
+            max_result_tokens=max_result_tokens,
             header=HistoryReplayConfig.header if header is None else header,
         )
         if max_input_tokens is not None and max_input_tokens < 1:

@@ -51,6 +51,11 @@ class ReContextMemoryBlock(LocalEngine, BaseMemoryBlock[str]):
     )
     min_history_tokens: int = Field(default=1000, ge=0, description="Below this much history, no replay.")
     max_replay_tokens: int = Field(default=400, ge=1, description="The most tokens the replayed lines take.")
+    max_result_tokens: int = Field(
+        default=HistoryReplayConfig.max_result_tokens,
+        ge=0,
+        description="A picked tool call brings its tool results up to this long, whole (0: never).",
+    )
 
     _archive: list[ChatMessage] = PrivateAttr(default_factory=list)
     _replayer: HistoryReplayer | None = PrivateAttr(default=None)
@@ -77,7 +82,9 @@ class ReContextMemoryBlock(LocalEngine, BaseMemoryBlock[str]):
     def replayer(self) -> HistoryReplayer:
         if self._replayer is None:
             config = HistoryReplayConfig(
-                min_history_tokens=self.min_history_tokens, max_replay_tokens=self.max_replay_tokens
+                min_history_tokens=self.min_history_tokens,
+                max_replay_tokens=self.max_replay_tokens,
+                max_result_tokens=self.max_result_tokens,
             )
             self._replayer = HistoryReplayer(self.engine, config, **self.replay_options)
         return self._replayer

@@ -195,6 +195,9 @@ def test_unknown_settings_are_refused() -> None:
         ReContextMiddleware(replay_options={"roundz": 2})
     with pytest.raises(ValueError):
         ReContextMiddleware(max_replay_tokens=0)
+    with pytest.raises(ValueError, match="max_result_tokens"):
+        ReContextMiddleware(max_result_tokens=-1)
+    assert ReContextMiddleware(max_result_tokens=0).history_config.max_result_tokens == 0
 
 
 def test_history_is_read_in_one_round_unless_asked(engine) -> None:

@@ -132,5 +132,7 @@ def test_unknown_settings_are_refused() -> None:
         ReContextMemoryBlock(min_history=10)
     with pytest.raises(ValueError):
         ReContextMemoryBlock(max_replay_tokens=0)
+    with pytest.raises(ValueError, match="max_result_tokens"):
+        ReContextMemoryBlock(max_result_tokens=-1)
     with pytest.raises(ValueError, match="roundz"):
         ReContextMemoryBlock(replay_options={"roundz": 2})

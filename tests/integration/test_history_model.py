@@ -158,3 +158,56 @@ def test_pieces_and_reads_map_offsets_back_exactly() -> None:
         "Third.",
     )
     assert read.locate(Evidence("user: ", 0, 0, 6, 1.0, 1), starts) is None
+
+
+def config_reads(*services: str) -> list[dict[str, str]]:
+    """A tool call reading each service's config file, and its JSON."""
+    messages = []
+    for number, service in enumerate(services):
+        config = {
+            "service": service,
+            "port": 24840 + 1111 * number,
+            "replicas": 3 + number,
+            "log_level": "info",
+        }
+        messages += [
+            {"role": "user", "content": f"Open config/{service}.json for me."},
+            {"role": "assistant", "content": f'read_file({{"path": "config/{service}.json"}})'},
+            {"role": "tool", "content": json.dumps(config, indent=1)},
+            {"role": "assistant", "content": "That file is short and clear."},
+        ]
+    return messages
+
+
+def test_a_picked_tool_call_brings_its_result_whole(replayer) -> None:
+    # The port line ('"port": 27062,') names no service; the call that read the file does.
+    messages = [
+        *agent_session()[:-1],
+        *config_reads("ledger", "search", "reports", "shipping"),
+        {
+            "role": "user",
+            "content": "Which port does the reports service listen on, according to its config file?",
+        },
+    ]
+    replay = replayer.replay(messages)
+    assert replay.status == REPLAYED
+    result = next(i for i, m in enumerate(messages) if '"service": "reports"' in m["content"])
+    whole = [e for e in replay.evidence if e.message_index == result]
+    assert whole and whole[0].text == messages[result]["content"]
+    assert '"port": 27062' in replay.text
+
+
+def test_a_correction_is_replayed_with_the_statement_it_corrects(replayer) -> None:
+    messages = agent_session()[:-1]
+    messages.insert(1, {"role": "user", "content": "We deploy the new cluster to ap-south-1."})
+    messages += [
+        {"role": "user", "content": "Change of plan, the cluster goes to eu-west-1 instead of ap-south-1."},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "Which region should the new cluster be deployed to?"},
+    ]
+    replay = replayer.replay(messages)
+    assert replay.status == REPLAYED
+    # The old statement matches the question best; the correction shares its rare words ("ap-south-1"):
+    # one lexical hop brings it (a history is read in one round).
+    assert {1, len(messages) - 3} <= {e.message_index for e in replay.evidence}
+    assert "eu-west-1 instead of ap-south-1" in replay.text

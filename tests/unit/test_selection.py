@@ -194,6 +194,28 @@ def test_a_sentence_the_question_singles_out_is_replayed_alone_and_later_rounds_
     assert "Lucia Haddad works at Norora Analytics." in [e.text for e in whole] and len(whole) == 5
 
 
+def test_hops_bound_a_lone_picks_chain_apart_from_the_rounds() -> None:
+    engine = tiny_engine()
+    question = "Which city does Tomas Sato work in?"
+
+    def replayed(**options) -> list[tuple[int, str]]:
+        config = ReplayConfig(top_k=2, selector=BM25Signal(), **options)
+        return [(e.round, e.text) for e in engine.select_evidence(CHAIN, question, config)]
+
+    first, hop = (1, "Tomas Sato works at Norley Analytics."), (2, "Norley Analytics is based in Helsinki.")
+    # One read round, one hop (a session's history: the correction that repeats an old value's rare
+    # words), and no second read pass; by default one round has no hop.
+    assert replayed(rounds=1, hops=1, max_evidence=4) == [first, hop]
+    assert replayed(rounds=1, max_evidence=4) == [first]
+    assert replayed(rounds=2, hops=0) == [first]
+    # more hops than the chain has: it stops where none stands out
+    assert replayed(rounds=2, hops=5) == [first, hop]
+    assert ReplayConfig(rounds=3).chain_hops == 2 and ReplayConfig(rounds=3, hops=0).chain_hops == 0
+    for bad in (-1, 9):
+        with pytest.raises(ReContextError, match="hops must be 0 to 8"):
+            ReplayConfig(hops=bad)
+
+
 def test_a_repeated_line_is_no_rival_of_itself_and_a_lone_pick_needs_the_ratio() -> None:
     engine = tiny_engine()
     log = "The pump failed at dawn. The tide was low. The pump failed at dawn. Maria fixed the pump at noon."
