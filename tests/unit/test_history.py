@@ -19,14 +19,14 @@ def test_an_indented_tool_output_keeps_its_layout_after_the_label() -> None:
     read = _Read([_Piece("Show me db/migrations.", 0, 0, 6), _Piece(LISTING, 1, 0, 30)], ["user", "tool"])
     document = read.document
     assert document == f"user: Show me db/migrations.\n\ntool:\n{LISTING}"
-    rows = [u for u in segment(document) if "db/migrations/0" in document[u.start : u.end]]
+    units = segment(document)
+    rows = [u for u in units if "db/migrations/0" in document[u.start : u.end]]
     # Each row is a unit of its own, and no row heads another (after "tool: " on the same line, the
     # first row sat at column 0 and read as an outline head over the second).
     assert [document[u.start : u.end].split()[-1] for u in rows] == [
         "db/migrations/0268_add_refund_index.sql",
         "db/migrations/0634_tasks_reports.sql",
     ]
-    units = segment(document)
     assert all(not set(u.headings) & {units.index(r) for r in rows} for u in rows)
     # offsets still map back into the message exactly
     second = document.index("7937")
